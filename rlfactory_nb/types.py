@@ -1,0 +1,237 @@
+"""Typed records that cross module boundaries: messages, tools, calls, results, turns, trajectories.
+
+The mask convention, stated once for the whole project:
+
+    Trajectory.loss_mask[i] == 1  exactly when response_ids[i] was sampled by the policy;
+    prompt tokens, chat-template tokens (headers, the "\\n" after <|im_end|>) and tool-response
+    tokens are 0. Trajectory.logprobs holds the engine's logprob of each sampled token, in order,
+    so sum(loss_mask) == len(logprobs).
+
+Messages stay plain dicts (OpenAI / Hugging Face chat format) so that any chat template renders them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal, NotRequired, TypedDict
+
+ToolStatus = Literal["ok", "error", "timeout", "invalid_args", "unknown_tool"]
+FinishReason = Literal["stop", "max_turns", "length", "error"]
+
+
+class Message(TypedDict):
+    """One chat message in the Hugging Face / OpenAI format that chat templates render."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    tool_calls: NotRequired[list[dict[str, Any]]]
+    reasoning_content: NotRequired[str]
+    name: NotRequired[str]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the model is told about one tool."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    server: str = ""
+    """the MCP server (or "python") that serves the tool"""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The `{"type": "function", ...}` form chat templates expect in `tools=`."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.input_schema},
+        }
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call parsed from model text."""
+
+    name: str
+    arguments: dict[str, Any]
+    raw: str = ""
+    """the exact text of the call block, for display and error messages"""
+
+    def to_message_call(self) -> dict[str, Any]:
+        """The `tool_calls` entry of an assistant message."""
+        return {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """A tool-call block the parser could not turn into a ToolCall; the model is told about it."""
+
+    message: str
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one tool call. A failure is data: `status` says what went wrong."""
+
+    name: str
+    status: ToolStatus
+    content: str
+    """the text the model will see (already truncated to the configured cap)"""
+    latency_s: float = 0.0
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class Turn:
+    """One assistant turn and what followed it (tool calls, their results)."""
+
+    text: str
+    """the decoded assistant text, as generated (for display; training uses the ids)"""
+    num_tokens: int = 0
+    calls: list[ToolCall] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
+    parse_errors: list[ParseError] = field(default_factory=list)
+    finish_reason: str = "stop"
+    generate_s: float = 0.0
+    tools_s: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    """One multi-turn rollout, in exactly the tokens a trainer consumes (see the module docstring)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    finish_reason: FinishReason = "stop"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def num_sampled_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [call for turn in self.turns for call in turn.calls]
+
+    def tool_results(self) -> list[ToolResult]:
+        return [result for turn in self.turns for result in turn.results]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        turns = [
+            Turn(
+                **{
+                    **turn,
+                    "calls": [ToolCall(**c) for c in turn.get("calls", [])],
+                    "results": [ToolResult(**r) for r in turn.get("results", [])],
+                    "parse_errors": [ParseError(**e) for e in turn.get("parse_errors", [])],
+                }
+            )
+            for turn in data.get("turns", [])
+        ]
+        return cls(**{**data, "turns": turns})
+
+
+def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path, append: bool = False) -> Path:
+    """Write trajectories one JSON object per line (the format jobs stream to disk)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as out:
+        for traj in trajectories:
+            out.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
+    return path
+
+
+def load_jsonl(path: str | Path) -> list[Trajectory]:
+    with Path(path).open(encoding="utf-8") as lines:
+        return [Trajectory.from_dict(json.loads(line)) for line in lines if line.strip()]
+
+
+@dataclass
+class Sample:
+    """What a reward function receives: one trajectory seen from the task's side."""
+
+    prompt: list[Message]
+    response: str
+    """all assistant text of the trajectory, turns joined by newlines"""
+    final_answer: str
+    tool_calls: list[ToolCall]
+    tool_results: list[ToolResult]
+    num_turns: int
+    finish_reason: str
+    ground_truth: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    trajectory: Trajectory | None = None
+    id: str = ""
+
+    @classmethod
+    def from_trajectory(
+        cls,
+        traj: Trajectory,
+        ground_truth: Any = None,
+        extract_answer: Callable[[str], str] | None = None,
+    ) -> Sample:
+        """Build the reward function's view of `traj`; `extract_answer` maps the last assistant text
+        to the final answer (default: `<answer>...</answer>` if present, else the text without think
+        blocks)."""
+        prompt = list(traj.messages[: _prompt_length(traj.messages)])
+        assistant_texts = [turn.text for turn in traj.turns]
+        last = assistant_texts[-1] if assistant_texts else ""
+        return cls(
+            prompt=prompt,
+            response="\n".join(assistant_texts),
+            final_answer=(extract_answer or default_answer)(last),
+            tool_calls=traj.tool_calls(),
+            tool_results=traj.tool_results(),
+            num_turns=traj.num_turns,
+            finish_reason=traj.finish_reason,
+            ground_truth=traj.metadata.get("ground_truth") if ground_truth is None else ground_truth,
+            metadata=dict(traj.metadata),
+            trajectory=traj,
+            id=traj.id,
+        )
+
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def default_answer(text: str) -> str:
+    """The final answer in an assistant message.
+
+    >>> default_answer("<think>12*3?</think>The result is <answer> 36 </answer>")
+    '36'
+    >>> default_answer("<think>hmm</think>\\n\\n42")
+    '42'
+    """
+    found = _ANSWER.findall(text)
+    if found:
+        return found[-1].strip()
+    return _THINK.sub("", text).strip()
+
+
+def _prompt_length(messages: list[Message]) -> int:
+    """Messages before the first assistant message form the prompt."""
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            return i
+    return len(messages)
