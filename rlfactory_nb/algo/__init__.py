@@ -1,0 +1,34 @@
+"""The RL math as pure tensor functions: group-relative advantages and policy losses by name."""
+
+from rlfactory_nb.algo.advantages import group_advantages, turn_advantages, turn_index, zero_variance_groups
+from rlfactory_nb.algo.losses import (
+    LossArgs,
+    PolicyLoss,
+    clipped_surrogate,
+    get_loss,
+    importance_ratio,
+    kl_penalty,
+    loss_names,
+    masked_entropy,
+    masked_mean,
+    masked_sum,
+    register_loss,
+)
+
+__all__ = [
+    "LossArgs",
+    "PolicyLoss",
+    "clipped_surrogate",
+    "get_loss",
+    "group_advantages",
+    "importance_ratio",
+    "kl_penalty",
+    "loss_names",
+    "masked_entropy",
+    "masked_mean",
+    "masked_sum",
+    "register_loss",
+    "turn_advantages",
+    "turn_index",
+    "zero_variance_groups",
+]

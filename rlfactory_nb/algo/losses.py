@@ -1,0 +1,292 @@
+"""Policy losses, chosen by name, and the masked reductions, KL and entropy terms they share.
+
+Every tensor here is aligned to the predicted token (see `rlfactory_nb.train.batch`): position t holds
+the log-probability of token t, and `mask[b, t] == 1` exactly when token t was sampled by the policy.
+Prompt, template and tool tokens have mask 0 and never reach a loss, KL, entropy or length metric:
+their values are replaced by 0 *before* any arithmetic, so not even an inf or NaN there can leak into
+the loss or its gradient.
+
+The three registered losses share the PPO-clip per-token surrogate (Schulman et al. 2017)
+
+    ratio_t = exp(logprob_t - old_logprob_t)
+    loss_t  = -min(ratio_t * A, clip(ratio_t, 1 - clip_low, 1 + clip_high) * A)
+
+and differ only in how per-token losses are averaged, which decides how much each token weighs:
+
+- `grpo` (Shao et al. 2024, DeepSeekMath): mean over each sequence's tokens, then mean over sequences.
+  Every sequence weighs the same, so a token of a long answer weighs less than one of a short answer.
+- `dapo` (Yu et al. 2025, DAPO): one mean over all tokens of the batch, so every token weighs the same;
+  meant to be used with clip-higher (clip_high > clip_low) to keep exploration alive.
+- `dr_grpo` (Liu et al. 2025, "Understanding R1-Zero-Like Training"): the sum over each sequence's
+  tokens divided by a constant (the generation budget), then mean over sequences: no length
+  normalization, so the loss has no bias towards long wrong answers. Pair it with
+  `group_advantages(..., scale=False)`.
+
+Gradient accumulation: every loss is a mean over this call's batch; metrics report `num_tokens` and
+`num_sequences` so a caller splitting one batch into micro-batches can weight each micro-batch's loss
+by its share (tokens for `dapo`, sequences for the others) and get the full-batch loss exactly.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import torch
+from torch import Tensor
+
+Metrics = dict[str, float]
+
+
+@dataclass(frozen=True)
+class LossArgs:
+    """The knobs of a policy loss. `LossArgs.from_config(cfg.grpo)` reads them from a run config."""
+
+    clip_low: float = 0.2
+    """PPO clip range below 1: ratios under 1 - clip_low stop pushing negative-advantage tokens down"""
+    clip_high: float = 0.28
+    """PPO clip range above 1: ratios over 1 + clip_high stop pushing positive-advantage tokens up"""
+    token_budget: int | None = None
+    """dr_grpo's constant divisor (the generation budget in tokens); None: the batch's padded length"""
+    truncate_ratio: float | None = None
+    """TIS cap on the old/rollout importance weight when rollout logprobs are given (None: no cap)"""
+
+    @classmethod
+    def from_config(cls, cfg: Any, **overrides: Any) -> LossArgs:
+        """Read the fields from any object that has them (e.g. `GRPOConfig`); missing ones keep defaults."""
+        values = {name: getattr(cfg, name) for name in cls.__dataclass_fields__ if hasattr(cfg, name)}
+        return cls(**{**values, **overrides})
+
+
+class PolicyLoss(Protocol):
+    def __call__(
+        self,
+        logprobs: Tensor,
+        old_logprobs: Tensor,
+        advantages: Tensor,
+        mask: Tensor,
+        args: LossArgs = ...,
+        rollout_logprobs: Tensor | None = None,
+    ) -> tuple[Tensor, Metrics]: ...
+
+
+_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Decorator: make a policy loss available as `get_loss(name)` and by `grpo.loss: name` in configs."""
+
+    def register(fn: PolicyLoss) -> PolicyLoss:
+        if name in _LOSSES:
+            raise ValueError(f"a policy loss named {name!r} is already registered; choose another name")
+        _LOSSES[name] = fn
+        return fn
+
+    return register
+
+
+def get_loss(name: str) -> PolicyLoss:
+    """The policy loss registered as `name`; an unknown name is an error listing the known ones."""
+    if name not in _LOSSES:
+        close = difflib.get_close_matches(name, _LOSSES, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise KeyError(f"unknown policy loss {name!r}; known losses: {', '.join(sorted(_LOSSES))}.{hint}")
+    return _LOSSES[name]
+
+
+def loss_names() -> list[str]:
+    return sorted(_LOSSES)
+
+
+# ---------------------------------------------------------------- masked reductions
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Sum of x where mask == 1; masked-out entries (even inf or NaN) contribute exactly 0."""
+    kept = torch.where(mask.bool(), x, torch.zeros_like(x))
+    return kept.sum() if dim is None else kept.sum(dim=dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of x over entries where mask == 1 (over all of them, or along `dim`); 0 where none are.
+
+    >>> masked_mean(torch.tensor([[1.0, 2.0, 9.0]]), torch.tensor([[1, 1, 0]])).item()
+    1.5
+    """
+    count = mask.bool().sum() if dim is None else mask.bool().sum(dim=dim)
+    return masked_sum(x, mask, dim) / count.clamp(min=1).to(x.dtype)
+
+
+# ---------------------------------------------------------------- ratios, KL, entropy
+
+
+def importance_ratio(
+    logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor, truncate_ratio: float | None = None
+) -> Tensor:
+    """Per-token importance weight pi(token) / pi_rollout(token), detached; 1 where mask == 0.
+
+    logprobs, rollout_logprobs, mask (B, T) -> (B, T).
+    Rollout engines (vLLM, bf16 kernels) sample from a slightly different distribution than the trainer
+    computes; truncated importance sampling (TIS; Yao et al. 2025, "Your efficient RL framework
+    secretly brings you off-policy RL training") reweights each token by this ratio capped at
+    `truncate_ratio`, which bounds the variance a few wildly mismatched tokens could add.
+    """
+    log_ratio = _fill(logprobs, mask) - _fill(rollout_logprobs, mask)
+    ratio = torch.exp(log_ratio.detach())
+    return ratio if truncate_ratio is None else ratio.clamp(max=truncate_ratio)
+
+
+def kl_penalty(
+    logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: Literal["k1", "k3"] = "k3"
+) -> Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi (Schulman 2020, "Approximating KL
+    divergence"); 0 where mask == 0. logprobs, ref_logprobs, mask (B, T) -> (B, T).
+
+    k1 = log pi - log pi_ref: unbiased, high variance, can be negative per token.
+    k3 = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1: unbiased, low variance, always >= 0.
+    Add `kl_coef * masked_mean(kl_penalty(...), mask)` to the loss.
+    """
+    log_ratio = _fill(ref_logprobs, mask) - _fill(logprobs, mask)  # log pi_ref / pi, (B, T)
+    if estimator == "k1":
+        per_token = -log_ratio
+    elif estimator == "k3":
+        per_token = torch.exp(log_ratio) - log_ratio - 1
+    else:
+        raise ValueError(f"unknown KL estimator {estimator!r}; use 'k1' or 'k3'")
+    return torch.where(mask.bool(), per_token, torch.zeros_like(per_token))
+
+
+def masked_entropy(logits: Tensor, mask: Tensor) -> Tensor:
+    """Mean entropy (nats) of the predicted distributions at mask == 1 positions; differentiable.
+
+    logits (B, T, V) aligned like the mask (the distribution that *predicted* token t sits at t; see
+    `rlfactory_nb.train.batch.shift_right`), mask (B, T) -> scalar. Only the selected rows are
+    normalized, so prompt and tool positions cost nothing and contribute nothing.
+    """
+    selected = logits[mask.bool()].float()  # (N, V)
+    if selected.shape[0] == 0:
+        return logits.new_zeros(())
+    log_p = torch.log_softmax(selected, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1).mean()
+
+
+# ---------------------------------------------------------------- the losses
+
+
+def clipped_surrogate(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, args: LossArgs
+) -> tuple[Tensor, Metrics]:
+    """PPO-clip per-token loss, shared by every registered loss.
+
+    logprobs (B, T) with grad, old_logprobs (B, T), advantages (B,) or (B, T), mask (B, T)
+    -> per-token loss (B, T) (0 where mask == 0), metrics.
+    """
+    advantages = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
+    ratio = torch.exp(_fill(logprobs, mask) - _fill(old_logprobs, mask).detach())  # (B, T)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1 - args.clip_low, 1 + args.clip_high) * advantages
+    per_token = -torch.minimum(unclipped, clipped)  # (B, T)
+    per_token = torch.where(mask.bool(), per_token, torch.zeros_like(per_token))
+    return per_token, _ratio_metrics(ratio.detach(), advantages.detach(), mask, args)
+
+
+def _ratio_metrics(ratio: Tensor, advantages: Tensor, mask: Tensor, args: LossArgs) -> Metrics:
+    # A token is clipped when the clamp, not the ratio, decides its loss: its gradient is then zero.
+    high = (ratio > 1 + args.clip_high) & (advantages > 0)
+    low = (ratio < 1 - args.clip_low) & (advantages < 0)
+    lengths = mask.bool().sum(dim=-1).float()  # (B,)
+    log_ratio = ratio.log()
+    return {
+        "clip_fraction": masked_mean((high | low).float(), mask).item(),
+        "clip_fraction_high": masked_mean(high.float(), mask).item(),
+        "clip_fraction_low": masked_mean(low.float(), mask).item(),
+        "ratio_mean": masked_mean(ratio, mask).item(),
+        "ratio_max": _masked_extreme(ratio, mask, torch.max),
+        "ratio_min": _masked_extreme(ratio, mask, torch.min),
+        "approx_kl_old": masked_mean(ratio - 1 - log_ratio, mask).item(),  # k3 of KL(old || new)
+        "num_tokens": float(lengths.sum()),
+        "num_sequences": float(mask.shape[0]),
+        "response_tokens_mean": float(lengths.mean()) if lengths.numel() else 0.0,
+    }
+
+
+def _masked_extreme(x: Tensor, mask: Tensor, reduce: Callable[[Tensor], Tensor]) -> float:
+    selected = x[mask.bool()]
+    return float(reduce(selected)) if selected.numel() else 1.0
+
+
+def _weighted(
+    per_token: Tensor, old_logprobs: Tensor, mask: Tensor, args: LossArgs, rollout_logprobs: Tensor | None
+) -> tuple[Tensor, Metrics]:
+    """Apply TIS weights when the rollout logprobs differ from the old ones (see `importance_ratio`)."""
+    if rollout_logprobs is None:
+        return per_token, {}
+    weight = importance_ratio(old_logprobs, rollout_logprobs, mask, args.truncate_ratio)  # (B, T)
+    capped = args.truncate_ratio is not None
+    metrics = {
+        "tis_weight_mean": masked_mean(weight, mask).item(),
+        "tis_truncated_fraction": masked_mean((weight >= args.truncate_ratio).float(), mask).item()
+        if capped
+        else 0.0,
+    }
+    return per_token * weight, metrics
+
+
+@register_loss("grpo")
+def grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    args: LossArgs = LossArgs(),
+    rollout_logprobs: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
+    """Token-mean within each sequence, then mean over the sequences that have sampled tokens."""
+    per_token, metrics = clipped_surrogate(logprobs, old_logprobs, advantages, mask, args)
+    per_token, tis = _weighted(per_token, old_logprobs, mask, args, rollout_logprobs)
+    per_sequence = masked_mean(per_token, mask, dim=-1)  # (B,)
+    has_tokens = mask.bool().any(dim=-1)  # (B,): a sequence with nothing sampled has no loss to average
+    loss = masked_mean(per_sequence, has_tokens)
+    return loss, {"loss": loss.item(), **metrics, **tis}
+
+
+@register_loss("dapo")
+def dapo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    args: LossArgs = LossArgs(),
+    rollout_logprobs: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
+    """One mean over every sampled token of the batch (token-level policy gradient)."""
+    per_token, metrics = clipped_surrogate(logprobs, old_logprobs, advantages, mask, args)
+    per_token, tis = _weighted(per_token, old_logprobs, mask, args, rollout_logprobs)
+    loss = masked_mean(per_token, mask)
+    return loss, {"loss": loss.item(), **metrics, **tis}
+
+
+@register_loss("dr_grpo")
+def dr_grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    args: LossArgs = LossArgs(),
+    rollout_logprobs: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
+    """Sum over each sequence's tokens divided by the constant token budget, then mean over sequences."""
+    per_token, metrics = clipped_surrogate(logprobs, old_logprobs, advantages, mask, args)
+    per_token, tis = _weighted(per_token, old_logprobs, mask, args, rollout_logprobs)
+    budget = args.token_budget if args.token_budget is not None else mask.shape[-1]
+    if budget <= 0:
+        raise ValueError(f"LossArgs.token_budget must be a positive number of tokens, got {budget}")
+    loss = (masked_sum(per_token, mask, dim=-1) / budget).mean()
+    return loss, {"loss": loss.item(), **metrics, **tis}
+
+
+def _fill(x: Tensor, mask: Tensor) -> Tensor:
+    """x with masked-out entries replaced by 0, so that no arithmetic ever touches their values."""
+    return x.masked_fill(~mask.bool(), 0.0)

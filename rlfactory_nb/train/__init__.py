@@ -1,0 +1,1 @@
+"""Training: trajectories to tensors, the update loop, workers, checkpoints and metrics."""
