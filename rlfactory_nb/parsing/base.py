@@ -1,0 +1,86 @@
+"""Tool-call parsers, looked up by name.
+
+A parser turns one assistant message into the text the user sees, the calls to run and the blocks it
+could not read. Model text is untrusted and often malformed (most of all early in training), so
+`parse` never raises on it: a broken call block becomes a `ParseError` that the agent loop shows the
+model, which is how a policy learns the format instead of a rollout crashing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from rlfactory_nb.types import ParseError, ToolCall
+
+_RAW_SHOWN_TO_MODEL = 300
+"""characters of a broken block quoted back to the model; enough to locate the mistake"""
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """What a parser read from one assistant message."""
+
+    content: str
+    """the message text with the parsed call blocks removed, stripped"""
+    calls: list[ToolCall] = field(default_factory=list)
+    """well-formed calls to run, in the order they appear"""
+    errors: list[ParseError] = field(default_factory=list)
+    """call blocks that could not be read; the model is told about each"""
+
+    @property
+    def has_calls(self) -> bool:
+        return bool(self.calls)
+
+
+class ToolCallParser(Protocol):
+    """What the agent loop needs from a parser."""
+
+    def parse(self, text: str) -> ParseResult: ...
+
+
+P = TypeVar("P")
+_PARSERS: dict[str, type] = {}
+
+
+def register_parser(name: str) -> Callable[[type[P]], type[P]]:
+    """Class decorator that makes a parser available as `get_parser(name)`; stack it for aliases."""
+
+    def add(cls: type[P]) -> type[P]:
+        if name in _PARSERS and _PARSERS[name] is not cls:
+            raise ValueError(f"parser name {name!r} is already registered by {_PARSERS[name].__name__}")
+        _PARSERS[name] = cls
+        return cls
+
+    return add
+
+
+def parser_names() -> list[str]:
+    return sorted(_PARSERS)
+
+
+def get_parser(name: str, **options: object) -> ToolCallParser:
+    """A new parser by registry name; `options` are the parser's fields (e.g. `max_calls=4`)."""
+    if name not in _PARSERS:
+        raise KeyError(f"unknown tool-call parser {name!r}; known parsers: {', '.join(parser_names())}")
+    cls = _PARSERS[name]
+    if dataclasses.is_dataclass(cls):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(
+                f"parser {name!r} has no option {', '.join(map(repr, unknown))}; "
+                f"its options are: {', '.join(sorted(known))}"
+            )
+    return cls(**options)
+
+
+def format_error_for_model(error: ParseError) -> str:
+    """The text the model sees in place of a tool result for a call block it got wrong."""
+    text = f"Error: your tool call was not executed. {error.message}"
+    if error.raw:
+        raw = error.raw if len(error.raw) <= _RAW_SHOWN_TO_MODEL else error.raw[:_RAW_SHOWN_TO_MODEL] + "..."
+        text += f"\nThe call as written:\n{raw}"
+    return text

@@ -1,0 +1,193 @@
+"""The Hermes / Qwen3 tool-call format:
+
+    <tool_call>
+    {"name": "calculator", "arguments": {"expression": "12*3"}}
+    </tool_call>
+
+This is what the Qwen3 chat template teaches (its `<tool_call>` tags are single tokens, ids 151657 and
+151658). The parser is lenient where leniency loses nothing (whitespace, arguments sent as a JSON
+string, a closing tag cut off by the token limit after complete JSON) and strict where guessing would
+reward a sloppy format (missing name, arguments that are not an object, unclosed blocks mid-text).
+
+Calls inside `<think>...</think>` are reasoning about a call, not a call, so they are left in the text
+and not run unless `calls_in_think=True`. A `</think>` with no opening tag closes a think block that
+began in the prompt (templates that pre-fill `<think>\\n`); an unclosed `<think>` runs to the end.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rlfactory_nb.parsing.base import ParseResult, register_parser
+from rlfactory_nb.types import ParseError, ToolCall
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+FORMAT_HINT = (
+    'Write each call as <tool_call>\n{"name": "<tool name>", "arguments": {<arguments as a JSON object>}}'
+    "\n</tool_call>"
+)
+
+Ending = Literal["closed", "next_open", "truncated"]
+
+
+@dataclass(frozen=True)
+class _Block:
+    raw: str
+    """the block as written, tags included"""
+    body: str
+    """the text between the tags"""
+    ending: Ending
+    """closed by </tool_call>, cut by the next <tool_call>, or cut by the end of the text"""
+
+
+@register_parser("hermes")
+@register_parser("qwen3")
+@dataclass(frozen=True)
+class Qwen3Parser:
+    """Reads `<tool_call>{json}</tool_call>` blocks; see the module docstring."""
+
+    max_calls: int = 8
+    """calls run per turn; further calls are dropped and reported to the model as one error"""
+    calls_in_think: bool = False
+    """run calls written inside <think>...</think> (off: they are reasoning, left in the text)"""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_calls, int) or isinstance(self.max_calls, bool) or self.max_calls < 1:
+            raise ValueError(f"max_calls must be an integer >= 1, got {self.max_calls!r}")
+
+    def parse(self, text: str) -> ParseResult:
+        content: list[str] = []
+        calls: list[ToolCall] = []
+        errors: list[ParseError] = []
+        for segment, active in self._segments(text):
+            pieces = _split_blocks(segment) if active else [segment]
+            for piece in pieces:
+                if isinstance(piece, str):
+                    content.append(piece)
+                    continue
+                read = _read_block(piece)
+                (calls if isinstance(read, ToolCall) else errors).append(read)
+        if len(calls) > self.max_calls:
+            dropped, calls = calls[self.max_calls :], calls[: self.max_calls]
+            errors.append(
+                ParseError(
+                    f"{len(calls) + len(dropped)} tool calls in one turn; only the first {self.max_calls} "
+                    f"were run. Make at most {self.max_calls} calls per turn.",
+                    raw="\n".join(call.raw for call in dropped),
+                )
+            )
+        return ParseResult(content="".join(content).strip(), calls=calls, errors=errors)
+
+    def _segments(self, text: str) -> list[tuple[str, bool]]:
+        """`text` cut into (segment, calls are read here) pieces, in order."""
+        if self.calls_in_think:
+            return [(text, True)]
+        segments, pos = [], 0
+        for start, end in _think_spans(text):
+            segments += [(text[pos:start], True), (text[start:end], False)]
+            pos = end
+        segments.append((text[pos:], True))
+        return segments
+
+
+def _think_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each think block, tags included."""
+    spans, pos = [], 0
+    first_close, first_open = text.find(THINK_CLOSE), text.find(THINK_OPEN)
+    if first_close >= 0 and (first_open < 0 or first_close < first_open):
+        pos = first_close + len(THINK_CLOSE)
+        spans.append((0, pos))
+    while (start := text.find(THINK_OPEN, pos)) >= 0:
+        close = text.find(THINK_CLOSE, start + len(THINK_OPEN))
+        pos = len(text) if close < 0 else close + len(THINK_CLOSE)
+        spans.append((start, pos))
+    return spans
+
+
+def _split_blocks(text: str) -> list[str | _Block]:
+    """Plain text and call blocks, in order."""
+    pieces: list[str | _Block] = []
+    pos = 0
+    while (start := text.find(CALL_OPEN, pos)) >= 0:
+        pieces.append(text[pos:start])
+        body_start = start + len(CALL_OPEN)
+        close = text.find(CALL_CLOSE, body_start)
+        next_open = text.find(CALL_OPEN, body_start)
+        if close >= 0 and (next_open < 0 or close < next_open):
+            pos = close + len(CALL_CLOSE)
+            pieces.append(_Block(text[start:pos], text[body_start:close], "closed"))
+        elif next_open >= 0:
+            pos = next_open
+            pieces.append(_Block(text[start:pos], text[body_start:pos], "next_open"))
+        else:
+            pos = len(text)
+            pieces.append(_Block(text[start:], text[body_start:], "truncated"))
+    pieces.append(text[pos:])
+    return pieces
+
+
+def _read_block(block: _Block) -> ToolCall | ParseError:
+    def error(message: str) -> ParseError:
+        return ParseError(f"{message} {FORMAT_HINT}", raw=block.raw)
+
+    if block.ending == "next_open":
+        return error("A <tool_call> block is missing its </tool_call> before the next <tool_call>.")
+    body = block.body.strip()
+    if not body:
+        return error("The <tool_call> block is empty.")
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        if block.ending == "truncated":
+            return error(
+                f"The text ended inside a <tool_call> block with incomplete JSON ({_describe(exc)})."
+            )
+        return error(f"The <tool_call> block is not valid JSON ({_describe(exc)}).")
+    return _to_call(data, block.raw, error)
+
+
+def _to_call(data: Any, raw: str, error: Any) -> ToolCall | ParseError:
+    if isinstance(data, list):
+        return error("The <tool_call> block holds a JSON array; write one block per call.")
+    if not isinstance(data, dict):
+        return error(f"The <tool_call> block must hold a JSON object, got a {_json_type(data)}.")
+    name = data.get("name")
+    if name is None:
+        return error('The call has no "name".')
+    if not isinstance(name, str) or not name.strip():
+        return error(f'"name" must be a non-empty string, got {_json_type(name)} {_short(name)}.')
+    arguments = data.get("arguments")
+    if isinstance(arguments, str):
+        arguments = arguments.strip() or "{}"
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError) as exc:
+            return error(f'"arguments" is a string that is not valid JSON ({_describe(exc)}).')
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return error(f'"arguments" must be a JSON object, got a {_json_type(arguments)}.')
+    return ToolCall(name=name.strip(), arguments=arguments, raw=raw)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, json.JSONDecodeError):
+        if exc.msg == "Extra data":
+            return f"extra text after the JSON value at line {exc.lineno} column {exc.colno}"
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return str(exc)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,49 @@
+"""Rewards: plain functions of a `Sample`, built-ins, `combine`, tool verification and the runner.
+
+def reward(sample: rf.Sample) -> float | dict[str, float]: ...
+"""
+
+from rlfactory_nb.rewards.combine import combine
+from rlfactory_nb.rewards.functions import (
+    exact_match,
+    f1,
+    format_ok,
+    gold_answers,
+    length_penalty,
+    normalize_answer,
+    numeric_match,
+    parse_number,
+    tool_error_penalty,
+    tool_success_rate,
+)
+from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
+from rlfactory_nb.rewards.runner import RewardError, RewardFailure, RewardOutcome, RewardRunner
+from rlfactory_nb.rewards.samples import make_sample
+from rlfactory_nb.rewards.values import InvalidRewardValue, RewardFunction, RewardValue, to_reward_value
+from rlfactory_nb.rewards.verify import tool_verified
+
+__all__ = [
+    "InvalidRewardValue",
+    "RewardError",
+    "RewardFailure",
+    "RewardFunction",
+    "RewardLoadError",
+    "RewardOutcome",
+    "RewardRunner",
+    "RewardValue",
+    "combine",
+    "exact_match",
+    "f1",
+    "format_ok",
+    "gold_answers",
+    "length_penalty",
+    "load_reward",
+    "make_sample",
+    "normalize_answer",
+    "numeric_match",
+    "parse_number",
+    "to_reward_value",
+    "tool_error_penalty",
+    "tool_success_rate",
+    "tool_verified",
+]

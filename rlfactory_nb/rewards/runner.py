@@ -1,0 +1,256 @@
+"""Score a batch of samples with reward functions, concurrently, without letting one bad function
+crash or stall a training step silently.
+
+Every (sample, function) call runs under a timeout. A sync function runs in its own daemon thread, so
+a slow one cannot block the event loop and a hung one cannot keep the interpreter from exiting (a
+thread cannot be killed: a timed-out call is abandoned and counted). An exception, a timeout or a
+value that is not a reward becomes a `RewardFailure` naming the function, the sample and the cause;
+`on_error="fail"` raises them all as one `RewardError`, `on_error="zero"` scores that function 0.
+Failures and per-function timings are counted either way and exposed by `metrics`.
+
+With several functions, the first is the training reward (`RewardOutcome.score`); the others are
+logged next to it. To train on a weighted sum, pass one `combine(...)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import threading
+import time
+import traceback
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlfactory_nb._async import run_sync
+from rlfactory_nb.config import RewardConfig
+from rlfactory_nb.rewards.loading import load_reward
+from rlfactory_nb.rewards.values import (
+    InvalidRewardValue,
+    RewardFunction,
+    RewardValue,
+    is_async_function,
+    to_reward_value,
+)
+from rlfactory_nb.types import Sample
+
+FailureKind = Literal["exception", "timeout", "invalid"]
+
+
+@dataclass(frozen=True)
+class RewardFailure:
+    """One reward function that did not produce a reward for one sample."""
+
+    function: str
+    sample_id: str
+    kind: FailureKind
+    message: str
+
+    def __str__(self) -> str:
+        return f"reward function {self.function!r} on sample {self.sample_id!r}: {self.message}"
+
+
+class RewardError(RuntimeError):
+    """Reward functions failed and the runner was told to fail the step (`on_error="fail"`)."""
+
+    def __init__(self, failures: list[RewardFailure]):
+        self.failures = failures
+        shown = "\n".join(f"  - {failure}" for failure in failures[:5])
+        more = f"\n  ... and {len(failures) - 5} more" if len(failures) > 5 else ""
+        super().__init__(f"{len(failures)} reward failure(s):\n{shown}{more}")
+
+
+@dataclass(frozen=True)
+class RewardOutcome:
+    """The rewards of one sample."""
+
+    sample_id: str
+    score: float
+    """the first function's score: the training reward (0.0 when it failed)"""
+    components: dict[str, float] = field(default_factory=dict)
+    """`name` -> score for every function that succeeded, and `name/component` for their dict keys"""
+    turn_scores: list[float] | None = None
+    """the first function's per-turn scores, when it gives them"""
+    errors: list[RewardFailure] = field(default_factory=list)
+    timing_s: dict[str, float] = field(default_factory=dict)
+    """seconds each function took on this sample"""
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class RewardRunner:
+    """Scores samples with named reward functions; see the module docstring."""
+
+    def __init__(
+        self,
+        functions: RewardFunction | Mapping[str, RewardFunction],
+        *,
+        on_error: Literal["zero", "fail"] = "zero",
+        max_concurrency: int = 32,
+        timeout_s: float = 60.0,
+    ):
+        if callable(functions):
+            functions = {getattr(functions, "__name__", "reward"): functions}
+        if not functions:
+            raise ValueError("RewardRunner needs at least one reward function")
+        for name, function in functions.items():
+            if not callable(function):
+                raise TypeError(f"reward function {name!r} is a {type(function).__name__}, not callable")
+        if on_error not in ("zero", "fail"):
+            raise ValueError(f'on_error must be "zero" or "fail", got {on_error!r}')
+        if max_concurrency < 1 or timeout_s <= 0:
+            raise ValueError(
+                f"need max_concurrency >= 1 and timeout_s > 0, got {max_concurrency}, {timeout_s}"
+            )
+        self.functions = dict(functions)
+        self.on_error = on_error
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.reset_metrics()
+
+    @classmethod
+    def from_config(cls, config: RewardConfig) -> RewardRunner:
+        function = load_reward(config.function)
+        return cls(
+            function,
+            on_error=config.on_error,
+            max_concurrency=config.max_concurrency,
+            timeout_s=config.timeout_s,
+        )
+
+    @property
+    def primary(self) -> str:
+        return next(iter(self.functions))
+
+    async def score(self, samples: Sequence[Sample]) -> list[RewardOutcome]:
+        """One outcome per sample, in order. Raises RewardError if any call failed and on_error="fail"."""
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(index: int, sample: Sample) -> RewardOutcome:
+            async with limit:
+                return await self._score_sample(sample.id or f"#{index}", sample)
+
+        outcomes = await asyncio.gather(*(one(i, sample) for i, sample in enumerate(samples)))
+        failures = [failure for outcome in outcomes for failure in outcome.errors]
+        if failures and self.on_error == "fail":
+            raise RewardError(failures)
+        return list(outcomes)
+
+    def score_sync(self, samples: Sequence[Sample]) -> list[RewardOutcome]:
+        """`score` from plain code or a notebook cell."""
+        return run_sync(self.score(samples))
+
+    async def _score_sample(self, sample_id: str, sample: Sample) -> RewardOutcome:
+        names = list(self.functions)
+        results = await asyncio.gather(*(self._call(name, sample_id, sample) for name in names))
+        components: dict[str, float] = {}
+        errors: list[RewardFailure] = []
+        timing: dict[str, float] = {}
+        for name, (value, seconds) in zip(names, results):
+            timing[name] = seconds
+            if isinstance(value, RewardFailure):
+                errors.append(value)
+                continue
+            components[name] = value.score
+            components.update({f"{name}/{key}": number for key, number in value.components.items()})
+        primary = results[0][0]
+        if isinstance(primary, RewardFailure):
+            return RewardOutcome(sample_id, 0.0, components, None, errors, timing)
+        return RewardOutcome(sample_id, primary.score, components, primary.turn_scores, errors, timing)
+
+    async def _call(
+        self, name: str, sample_id: str, sample: Sample
+    ) -> tuple[RewardValue | RewardFailure, float]:
+        function = self.functions[name]
+        start = time.perf_counter()
+        try:
+            value = await asyncio.wait_for(self._invoke(name, function, sample), self.timeout_s)
+            outcome: RewardValue | RewardFailure = to_reward_value(value)
+        except TimeoutError:
+            outcome = RewardFailure(
+                name, sample_id, "timeout", f"no result within {self.timeout_s:g} s (timeout_s)"
+            )
+        except InvalidRewardValue as exc:
+            outcome = RewardFailure(name, sample_id, "invalid", str(exc))
+        except Exception as exc:  # noqa: BLE001  (any error in user code becomes a reported failure)
+            outcome = RewardFailure(name, sample_id, "exception", _describe(exc))
+        seconds = time.perf_counter() - start
+        self._record(name, outcome, seconds)
+        return outcome, seconds
+
+    async def _invoke(self, name: str, function: RewardFunction, sample: Sample) -> Any:
+        if is_async_function(function):
+            return await function(sample)
+        try:
+            value = await _in_daemon_thread(function, sample, name)
+        except asyncio.CancelledError:
+            self._abandoned_threads += 1  # the thread runs on; it cannot be stopped
+            raise
+        return await value if inspect.isawaitable(value) else value
+
+    def _record(self, name: str, outcome: RewardValue | RewardFailure, seconds: float) -> None:
+        self._calls[name] += 1
+        self._time_total[name] += seconds
+        self._time_max[name] = max(self._time_max[name], seconds)
+        if isinstance(outcome, RewardFailure):
+            self._failures[name, outcome.kind] += 1
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Counters and timings since creation or `reset_metrics`, as flat `reward/...` keys."""
+        metrics: dict[str, float] = {
+            "reward/calls": sum(self._calls.values()),
+            "reward/failures": sum(self._failures.values()),
+            "reward/abandoned_threads": self._abandoned_threads,
+        }
+        for kind in ("exception", "timeout", "invalid"):
+            metrics[f"reward/failures/{kind}"] = sum(n for (_, k), n in self._failures.items() if k == kind)
+        for name in self.functions:
+            calls = self._calls[name]
+            metrics[f"reward/{name}/calls"] = calls
+            metrics[f"reward/{name}/failures"] = sum(n for (f, _), n in self._failures.items() if f == name)
+            metrics[f"reward/{name}/time_mean_s"] = self._time_total[name] / calls if calls else 0.0
+            metrics[f"reward/{name}/time_max_s"] = self._time_max[name]
+        return metrics
+
+    def reset_metrics(self) -> None:
+        self._calls: Counter[str] = Counter()
+        self._failures: Counter[tuple[str, FailureKind]] = Counter()
+        self._time_total: defaultdict[str, float] = defaultdict(float)
+        self._time_max: defaultdict[str, float] = defaultdict(float)
+        self._abandoned_threads = 0
+
+
+def _describe(exc: BaseException) -> str:
+    """`raised KeyError: 'answer' (at reward.py:12)`: the innermost frame is usually the user's line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"raised {type(exc).__name__}: {exc}{where}"
+
+
+async def _in_daemon_thread(function: RewardFunction, sample: Sample, name: str) -> Any:
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if not future.done():  # cancelled by a timeout: the late result is dropped
+            future.set_exception(error) if error is not None else future.set_result(value)
+
+    def target() -> None:
+        try:
+            value, error = context.run(function, sample), None
+        except BaseException as exc:  # noqa: BLE001  (handed to the awaiting task, which reports it)
+            value, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the loop closed while the function ran
+            pass
+
+    threading.Thread(target=target, name=f"reward:{name}", daemon=True).start()
+    return await future

@@ -1,0 +1,338 @@
+"""The Qwen3 / Hermes parser: a table of model outputs, then properties over random text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlfactory_nb.parsing import ParseResult, format_error_for_model, get_parser, parser_names
+from rlfactory_nb.types import ParseError
+
+CALC = '{"name": "calculator", "arguments": {"expression": "12*3"}}'
+
+
+def block(body: str) -> str:
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+# (text, expected calls as (name, arguments), expected error substrings in order, expected content)
+CASES = [
+    pytest.param("The answer is 36.", [], [], "The answer is 36.", id="plain text"),
+    pytest.param(block(CALC), [("calculator", {"expression": "12*3"})], [], "", id="one call"),
+    pytest.param(
+        "Let me compute.\n" + block(CALC) + "\nDone.",
+        [("calculator", {"expression": "12*3"})],
+        [],
+        "Let me compute.\n\nDone.",
+        id="text before and after",
+    ),
+    pytest.param(
+        block(CALC) + "\n" + block('{"name": "search", "arguments": {"query": "x"}}'),
+        [("calculator", {"expression": "12*3"}), ("search", {"query": "x"})],
+        [],
+        "",
+        id="two calls",
+    ),
+    pytest.param(
+        f"<tool_call>{CALC}</tool_call>", [("calculator", {"expression": "12*3"})], [], "", id="no newlines"
+    ),
+    pytest.param(
+        '<tool_call>  \n\n {\n  "name" : "calculator",\n\t"arguments": {"expression": "12*3"}\n}\r\n\n</tool_call>',
+        [("calculator", {"expression": "12*3"})],
+        [],
+        "",
+        id="extra whitespace and CRLF",
+    ),
+    pytest.param(
+        block('{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}'),
+        [("calculator", {"expression": "1+1"})],
+        [],
+        "",
+        id="arguments as a JSON string",
+    ),
+    pytest.param(
+        block('{"name": "clock", "arguments": ""}'),
+        [("clock", {})],
+        [],
+        "",
+        id="arguments as an empty string",
+    ),
+    pytest.param(block('{"name": "clock"}'), [("clock", {})], [], "", id="arguments omitted"),
+    pytest.param(block('{"name": "clock", "arguments": null}'), [("clock", {})], [], "", id="arguments null"),
+    pytest.param(
+        "Computing " + f"<tool_call>\n{CALC}\n",
+        [("calculator", {"expression": "12*3"})],
+        [],
+        "Computing",
+        id="truncated after complete JSON",
+    ),
+    pytest.param(
+        '<tool_call>\n{"name": "calculator", "arguments": {"expr',
+        [],
+        ["ended inside a <tool_call> block with incomplete JSON"],
+        "",
+        id="truncated inside JSON",
+    ),
+    pytest.param(
+        block('{"name": "calculator", "arguments": {"expression": "1+1"}'),
+        [],
+        ["not valid JSON (Expecting ',' delimiter at line 1 column 58)"],
+        "",
+        id="invalid JSON alone",
+    ),
+    pytest.param(
+        block(CALC) + block("{name: calculator}") + block('{"name": "search", "arguments": {"query": "q"}}'),
+        [("calculator", {"expression": "12*3"}), ("search", {"query": "q"})],
+        ["not valid JSON (Expecting property name enclosed in double quotes"],
+        "",
+        id="invalid JSON between valid calls",
+    ),
+    pytest.param(block(CALC + " trailing"), [], ["extra text after the JSON value"], "", id="extra data"),
+    pytest.param(
+        f"<tool_call>{CALC}" + block('{"name": "search", "arguments": {}}'),
+        [("search", {})],
+        ["missing its </tool_call> before the next <tool_call>"],
+        "",
+        id="unclosed mid-text",
+    ),
+    pytest.param(block(""), [], ["is empty"], "", id="empty block"),
+    pytest.param(block('{"arguments": {"x": 1}}'), [], ['has no "name"'], "", id="missing name"),
+    pytest.param(
+        block('{"name": 7, "arguments": {}}'),
+        [],
+        ['"name" must be a non-empty string'],
+        "",
+        id="name not str",
+    ),
+    pytest.param(
+        block('{"name": "  ", "arguments": {}}'),
+        [],
+        ['"name" must be a non-empty string'],
+        "",
+        id="blank name",
+    ),
+    pytest.param(
+        block('{"name": "calculator", "arguments": [1, 2]}'),
+        [],
+        ['"arguments" must be a JSON object, got a array'],
+        "",
+        id="arguments a list",
+    ),
+    pytest.param(
+        block('{"name": "calculator", "arguments": "12*3"}'),
+        [],
+        ['"arguments" is a string that is not valid JSON'],
+        "",
+        id="arguments a non-JSON string",
+    ),
+    pytest.param(
+        block('{"name": "calculator", "arguments": "[1]"}'),
+        [],
+        ['"arguments" must be a JSON object'],
+        "",
+        id="arguments a string holding a list",
+    ),
+    pytest.param(
+        block(f"[{CALC}]"), [], ["holds a JSON array; write one block per call"], "", id="array of calls"
+    ),
+    pytest.param(block('"calculator"'), [], ["must hold a JSON object, got a string"], "", id="bare string"),
+    pytest.param(
+        block('{"name": "搜索", "arguments": {"query": "東京の天気 🌧", "note": "naïve"}}') + " 好的",
+        [("搜索", {"query": "東京の天気 🌧", "note": "naïve"})],
+        [],
+        "好的",
+        id="unicode",
+    ),
+    pytest.param(
+        "<think>maybe " + block(CALC) + "</think>No call needed.",
+        [],
+        [],
+        "<think>maybe " + block(CALC) + "</think>No call needed.",
+        id="call inside think is not run",
+    ),
+    pytest.param(
+        "<think>plan: call it</think>\n" + block(CALC),
+        [("calculator", {"expression": "12*3"})],
+        [],
+        "<think>plan: call it</think>",
+        id="call after think",
+    ),
+    pytest.param(
+        "reasoning " + block(CALC) + "</think>\nanswer",
+        [],
+        [],
+        "reasoning " + block(CALC) + "</think>\nanswer",
+        id="think opened in the prompt",
+    ),
+    pytest.param(
+        "<think>still thinking " + block(CALC),
+        [],
+        [],
+        "<think>still thinking " + block(CALC),
+        id="unclosed think runs to the end",
+    ),
+    pytest.param(
+        block('{"name": "c", "arguments": {"x": ' + "[" * 5000 + "]" * 5000 + "}}"),
+        [],
+        ["nested too deeply"],
+        "",
+        id="deep nesting",
+    ),
+    pytest.param(
+        block('{"name": "c", "arguments": {"x": ' + "9" * 5000 + "}}"),
+        [],
+        ["not valid JSON"],
+        "",
+        id="integer too long for Python",
+    ),
+    pytest.param("a </tool_call> b", [], [], "a </tool_call> b", id="stray closing tag is text"),
+]
+
+
+@pytest.mark.parametrize("text, calls, errors, content", CASES)
+def test_parse_table(text: str, calls: list, errors: list[str], content: str) -> None:
+    result = get_parser("qwen3").parse(text)
+    assert [(c.name, c.arguments) for c in result.calls] == calls
+    assert len(result.errors) == len(errors), result.errors
+    for error, expected in zip(result.errors, errors):
+        assert expected in error.message
+        assert '"name": "<tool name>"' in error.message, "every error shows the model the expected format"
+    assert result.content == content
+
+
+def test_raw_is_the_exact_block_text() -> None:
+    text = "x " + block(CALC) + " y " + block("{bad")
+    result = get_parser("qwen3").parse(text)
+    assert result.calls[0].raw == block(CALC)
+    assert result.errors[0].raw == block("{bad")
+    assert result.calls[0].raw in text and result.errors[0].raw in text
+
+
+def test_calls_in_think_option_runs_them() -> None:
+    text = "<think>" + block(CALC) + "</think>"
+    result = get_parser("qwen3", calls_in_think=True).parse(text)
+    assert [c.name for c in result.calls] == ["calculator"]
+    assert result.content == "<think></think>"
+
+
+def test_calls_over_the_cap_become_one_error() -> None:
+    text = "".join(block(f'{{"name": "t{i}", "arguments": {{}}}}') for i in range(5))
+    result = get_parser("qwen3", max_calls=3).parse(text)
+    assert [c.name for c in result.calls] == ["t0", "t1", "t2"]
+    assert len(result.errors) == 1
+    assert "5 tool calls in one turn; only the first 3 were run" in result.errors[0].message
+    assert "t3" in result.errors[0].raw and "t4" in result.errors[0].raw
+
+
+def test_default_cap_is_eight() -> None:
+    text = "".join(block('{"name": "t", "arguments": {}}') for _ in range(9))
+    result = get_parser("qwen3").parse(text)
+    assert len(result.calls) == 8 and len(result.errors) == 1
+
+
+def test_hermes_is_an_alias() -> None:
+    assert type(get_parser("hermes")) is type(get_parser("qwen3"))
+    assert {"hermes", "qwen3"} <= set(parser_names())
+
+
+def test_unknown_parser_lists_known_names() -> None:
+    with pytest.raises(KeyError, match="unknown tool-call parser 'mistral'.*hermes, qwen3"):
+        get_parser("mistral")
+
+
+def test_unknown_option_lists_options() -> None:
+    with pytest.raises(TypeError, match="no option 'max_call'.*calls_in_think, max_calls"):
+        get_parser("qwen3", max_call=2)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_bad_cap_is_rejected(bad: object) -> None:
+    with pytest.raises(ValueError, match="max_calls must be an integer >= 1"):
+        get_parser("qwen3", max_calls=bad)
+
+
+def test_format_error_for_model_quotes_the_call() -> None:
+    error = get_parser("qwen3").parse(block("{oops")).errors[0]
+    text = format_error_for_model(error)
+    assert text.startswith("Error: your tool call was not executed. The <tool_call> block is not valid JSON")
+    assert text.endswith(block("{oops"))
+
+
+def test_format_error_for_model_shortens_long_calls() -> None:
+    text = format_error_for_model(ParseError("bad", raw="x" * 10_000))
+    assert len(text) < 400 and text.endswith("...")
+
+
+# Property tests: whatever the model writes, parse returns a well-formed result.
+FRAGMENTS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "\n",
+    " ",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    '"',
+    '"name"',
+    '"arguments"',
+    '"calculator"',
+    '{"expression": "1+2"}',
+    '"{\\"a\\": 1}"',
+    "null",
+    "1e999",
+    "NaN",
+    "\\u",
+    "東京",
+    "🌧",
+    CALC,
+    "<tool_call>" + CALC,
+]
+
+
+def check_result(result: ParseResult, text: str, max_calls: int = 8) -> None:
+    assert isinstance(result.content, str)
+    assert len(result.calls) <= max_calls
+    for call in result.calls:
+        assert isinstance(call.name, str) and call.name.strip() == call.name and call.name
+        assert isinstance(call.arguments, dict)
+        assert call.raw in text
+    for error in result.errors:
+        assert isinstance(error.message, str) and error.message
+    if "<tool_call>" not in text:
+        assert result.calls == [] and result.errors == [] and result.content == text.strip()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_random_text_never_raises(text: str) -> None:
+    check_result(get_parser("qwen3").parse(text), text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=5)), max_size=40), st.booleans())
+def test_random_tag_and_json_mixes_never_raise(pieces: list[str], calls_in_think: bool) -> None:
+    text = "".join(pieces)
+    check_result(
+        get_parser("qwen3", calls_in_think=calls_in_think, max_calls=3).parse(text), text, max_calls=3
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(min_size=1).filter(lambda name: name.strip() == name and "<" not in name),
+    st.dictionaries(st.text(), st.one_of(st.integers(), st.text(), st.none(), st.floats(allow_nan=False))),
+)
+def test_any_well_formed_call_round_trips(name: str, arguments: dict) -> None:
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    if "<tool_call>" in body or "</tool_call>" in body or "think>" in body:
+        return
+    result = get_parser("qwen3").parse(block(body))
+    assert [(c.name, c.arguments) for c in result.calls] == [(name, arguments)]
