@@ -1,0 +1,124 @@
+"""Tool-result cache: an in-memory LRU, optionally backed by sqlite for record and replay.
+
+During GRPO the same question is rolled out `group_size` times and the samples often make the same
+call; answering repeats from memory saves the tool round trip. With a `path`, every result is also
+recorded on disk, so a run's tool outputs can be replayed later, exactly, without the servers: for
+debugging a reward on the very samples that produced it, and for reproducible evaluation.
+
+The key is the tool's qualified name plus the canonical JSON of the arguments (sorted keys, no
+whitespace), so `{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` are one entry:
+
+>>> cache = ToolCache()
+>>> cache.put("calc.calculator", {"expression": "1+1"}, Recorded("ok", "2"))
+>>> cache.get("calc.calculator", {"expression": "1+1"})
+Recorded(status='ok', content='2')
+>>> cache.get("calc.calculator", {"expression": "2+2"}) is None
+True
+>>> (cache.hits, cache.misses)
+(1, 1)
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS tool_results (
+    key TEXT PRIMARY KEY, tool TEXT NOT NULL, arguments TEXT NOT NULL,
+    status TEXT NOT NULL, content TEXT NOT NULL, recorded_at REAL NOT NULL)"""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A cached outcome: the status and the full (untruncated) text of one call."""
+
+    status: str
+    content: str
+
+
+def cache_key(tool: str, arguments: Mapping[str, Any]) -> str:
+    """`tool` + canonical JSON of `arguments`."""
+    return tool + "\x00" + json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class ToolCache:
+    """LRU of tool results, plus an optional sqlite file that records them for replay."""
+
+    def __init__(self, max_entries: int = 4096, path: str | Path | None = None):
+        self.max_entries = max_entries
+        self.path = Path(path) if path is not None else None
+        self.hits = 0
+        self.misses = 0
+        self._memory: OrderedDict[str, Recorded] = OrderedDict()
+        self._lock = threading.Lock()  # sync twins may reach the cache from several threads
+        self._db = self._open(self.path) if self.path is not None else None
+
+    def get(self, tool: str, arguments: Mapping[str, Any]) -> Recorded | None:
+        key = cache_key(tool, arguments)
+        with self._lock:
+            found = self._memory.get(key)
+            if found is None and self._db is not None:
+                row = self._db.execute(
+                    "SELECT status, content FROM tool_results WHERE key = ?", (key,)
+                ).fetchone()
+                found = Recorded(*row) if row else None
+                if found is not None:
+                    self._remember(key, found)
+            elif found is not None:
+                self._memory.move_to_end(key)
+            if found is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return found
+
+    def put(self, tool: str, arguments: Mapping[str, Any], outcome: Recorded) -> None:
+        key = cache_key(tool, arguments)
+        with self._lock:
+            self._remember(key, outcome)
+            if self._db is not None:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO tool_results VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, tool, key.partition("\x00")[2], outcome.status, outcome.content, time.time()),
+                )
+                self._db.commit()
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "entries": len(self._memory)}
+
+    def clear(self) -> None:
+        """Forget the in-memory entries and the counters (the file on disk stays)."""
+        with self._lock:
+            self._memory.clear()
+            self.hits = self.misses = 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def __len__(self) -> int:
+        return len(self._memory)
+
+    def _remember(self, key: str, outcome: Recorded) -> None:
+        self._memory[key] = outcome
+        self._memory.move_to_end(key)
+        while len(self._memory) > self.max_entries:
+            self._memory.popitem(last=False)
+
+    @staticmethod
+    def _open(path: Path) -> sqlite3.Connection:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")  # readers (a replaying notebook) do not block the writer
+        db.execute(_SCHEMA)
+        db.commit()
+        return db

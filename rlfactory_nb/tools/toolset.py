@@ -1,0 +1,387 @@
+"""ToolSet: every tool of a config behind one `call`, with validation, limits, timeouts and a cache.
+
+The rollout loop hands the ToolSet whatever the model asked for and always gets a `ToolResult` back:
+an unknown name, arguments that break the schema, a timeout, a crashed server and the tool's own
+error are all results with a `status` and a message the model reads (a tool failure is data).
+Only misuse by the programmer (calling from another event loop, a broken config) raises.
+
+Names: a tool keeps its short name when only one server offers it; when several do, each becomes
+`server.tool`. The qualified name always works too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from rlfactory_nb._async import run_sync
+from rlfactory_nb.config import ConfigError
+from rlfactory_nb.tools.cache import Recorded, ToolCache
+from rlfactory_nb.tools.config import (
+    FunctionConfig,
+    ServerConfig,
+    ToolOptions,
+    ToolSetSettings,
+    ToolsFile,
+    load_tools_config,
+)
+from rlfactory_nb.tools.mcp import CallOutcome, MCPConnection, RemoteTool, ServerStartError, ServerUnavailable
+from rlfactory_nb.tools.python import PythonTool, as_python_tool
+from rlfactory_nb.types import ToolCall, ToolResult, ToolSpec
+
+logger = logging.getLogger(__name__)
+
+PYTHON_SOURCE = "python"
+"""the `server` of tools that are Python functions"""
+
+Invoke = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
+"""how a tool is called: (name on its server, arguments) -> outcome"""
+
+
+@dataclass
+class _Tool:
+    """One callable tool, as resolved at start."""
+
+    spec: ToolSpec
+    """the spec the model sees (its `name` is the exposed name)"""
+    qualified: str
+    remote_name: str
+    options: ToolOptions
+    invoke: Invoke
+    semaphore: asyncio.Semaphore | None
+    validator: Any = None
+
+
+class ToolSet:
+    """The tools of one config: MCP servers and Python functions. Async API with `*_sync` twins."""
+
+    def __init__(
+        self,
+        servers: Sequence[ServerConfig] = (),
+        functions: Sequence[FunctionConfig | PythonTool | Callable[..., Any]] = (),
+        settings: ToolSetSettings | None = None,
+    ):
+        self.settings = settings = settings or ToolSetSettings()
+        self.connections = {
+            s.name: MCPConnection(
+                s, max_restarts=settings.max_restarts, start_timeout_s=settings.start_timeout_s
+            )
+            for s in servers
+        }
+        self._functions = [_function_entry(f, i) for i, f in enumerate(functions)]
+        self.cache = _make_cache(settings)
+        self._tools: dict[str, _Tool] = {}
+        self._exposed: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._global_limit: asyncio.Semaphore | None = None
+        self._start_lock: asyncio.Lock | None = None
+
+    @classmethod
+    def from_config(cls, source: str | Path | Mapping[str, Any] | ToolsFile, **settings: Any) -> ToolSet:
+        """A ToolSet from our YAML, an `{"mcpServers": ...}` JSON, a dict of either, or a parsed file.
+        Keyword arguments (timeout_s, max_concurrency, max_result_chars, cache, cache_path, ...)
+        override the file's `settings:`."""
+        parsed = source if isinstance(source, ToolsFile) else load_tools_config(source, **settings)
+        return cls(parsed.servers, parsed.functions, parsed.settings)
+
+    @classmethod
+    def from_functions(cls, *functions: PythonTool | Callable[..., Any], **settings: Any) -> ToolSet:
+        """A ToolSet of Python functions only (no processes to start)."""
+        return cls((), functions, ToolSetSettings(**settings))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
+    async def start(self) -> Self:
+        """Start every server at once, list and name their tools, and warm the argument validators."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self.started:
+                return self
+            listings = await self._start_servers()
+            try:
+                self._resolve_tools(listings)
+            except ConfigError:
+                await self.stop()
+                raise
+            for entry in self._tools.values():  # the first jsonschema use costs seconds; pay it here
+                entry.validator = _validator(entry.spec.input_schema)
+            self._global_limit = asyncio.Semaphore(self.settings.max_concurrency)
+            self._loop = asyncio.get_running_loop()
+        return self
+
+    async def stop(self) -> None:
+        """Stop every server process this ToolSet started."""
+        await asyncio.gather(*(c.stop() for c in self.connections.values()))
+        self._loop = None
+
+    def start_sync(self) -> Self:
+        return run_sync(self.start())
+
+    def stop_sync(self) -> None:
+        run_sync(self.stop())
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # -- what the model is told -----------------------------------------------------------------
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        """The tools the model may call, by exposed name (start first)."""
+        self._require_started()
+        return [self._tools[name].spec for name in self._exposed]
+
+    @property
+    def names(self) -> list[str]:
+        return [spec.name for spec in self.specs]
+
+    def spec(self, name: str) -> ToolSpec:
+        self._require_started()
+        return self._tools[name].spec
+
+    # -- calling --------------------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> ToolResult:
+        """Call one tool. `arguments` may be a dict or its JSON text. Always returns a ToolResult."""
+        started_at = time.perf_counter()
+        if not self.started:
+            await self.start()
+        self._check_loop()
+        entry = self._tools.get(name)
+        if entry is None:
+            return _result(name, "unknown_tool", self._unknown_message(name), started_at)
+        args, problem = _parse_arguments(entry, arguments)
+        if problem:
+            return _result(name, "invalid_args", problem, started_at)
+        return await self._call_checked(name, entry, args, started_at)
+
+    async def call_many(
+        self, calls: Iterable[ToolCall | tuple[str, Mapping[str, Any] | str | None]]
+    ) -> list[ToolResult]:
+        """Run calls concurrently (within the limits); results come back in the order of `calls`."""
+        pairs = [(c.name, c.arguments) if isinstance(c, ToolCall) else c for c in calls]
+        return list(await asyncio.gather(*(self.call(name, args) for name, args in pairs)))
+
+    def call_sync(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> ToolResult:
+        return run_sync(self.call(name, arguments))
+
+    def call_many_sync(
+        self, calls: Iterable[ToolCall | tuple[str, Mapping[str, Any] | str | None]]
+    ) -> list[ToolResult]:
+        return run_sync(self.call_many(calls))
+
+    async def _call_checked(
+        self, name: str, entry: _Tool, args: dict[str, Any], started_at: float
+    ) -> ToolResult:
+        use_cache = self.cache is not None and (
+            self.settings.replay or (self.settings.cache and entry.options.cache is not False)
+        )
+        if use_cache and (hit := self.cache.get(entry.qualified, args)) is not None:
+            return _result(name, hit.status, self._truncate(hit.content), started_at, cached=True)
+        if self.settings.replay:
+            return _result(
+                name, "error", f"replay: no recorded result for {name} with these arguments", started_at
+            )
+        status, text, cacheable = await self._invoke_limited(entry, args)
+        if cacheable and self.cache is not None:
+            self.cache.put(entry.qualified, args, Recorded(status, text))
+        return _result(name, status, self._truncate(text), started_at)
+
+    async def _invoke_limited(self, entry: _Tool, args: dict[str, Any]) -> tuple[str, str, bool]:
+        """(status, full text, cacheable) of one real call, under the concurrency limits and the timeout.
+        Waiting for a slot does not count against the timeout."""
+        assert self._global_limit is not None
+        async with self._global_limit:
+            if entry.semaphore is None:
+                return await self._invoke(entry, args)
+            async with entry.semaphore:
+                return await self._invoke(entry, args)
+
+    async def _invoke(self, entry: _Tool, args: dict[str, Any]) -> tuple[str, str, bool]:
+        timeout_s = entry.options.timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                outcome = await entry.invoke(entry.remote_name, args)
+        except TimeoutError:
+            return "timeout", f"tool {entry.spec.name} timed out after {timeout_s:g} s", False
+        except ServerUnavailable as exc:
+            return "error", str(exc), False
+        except Exception as exc:  # noqa: BLE001 - a Python tool raised: the model reads the error
+            return "error", f"{type(exc).__name__}: {exc}", True
+        return ("error" if outcome.is_error else "ok"), outcome.text, True
+
+    def _truncate(self, text: str) -> str:
+        limit = self.settings.max_result_chars
+        if len(text) <= limit:
+            return text
+        return f"{text[:limit]}\n[... truncated: showing {limit} of {len(text)} characters]"
+
+    # -- setup internals --------------------------------------------------------------------------
+
+    async def _start_servers(self) -> dict[str, list[RemoteTool]]:
+        names = list(self.connections)
+        outcomes = await asyncio.gather(*(self.connections[n].start() for n in names), return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            await self.stop()
+            for failure in failures:
+                if not isinstance(failure, (ServerStartError, OSError)):
+                    raise failure
+            raise ServerStartError("\n".join(str(f) for f in failures))
+        return dict(zip(names, outcomes))
+
+    def _resolve_tools(self, listings: dict[str, list[RemoteTool]]) -> None:
+        """Build the tool table: short names where unique, `source.tool` always (see module docstring)."""
+        problems: list[str] = []
+        found: list[tuple[str, RemoteTool | PythonTool, ToolOptions, Invoke]] = []
+        for server, tools in listings.items():
+            config = self.connections[server].config
+            _check_named_tools(config, {t.name for t in tools}, problems)
+            enabled = [t for t in tools if config.enabled is None or t.name in config.enabled]
+            found += [
+                (server, t, config.tool_options(t.name), self.connections[server].call) for t in enabled
+            ]
+        found += [(PYTHON_SOURCE, fn, options, _python_invoke(fn)) for fn, options in self._functions]
+        if problems:
+            raise ConfigError(problems, "tools config")
+        counts = Counter(t.name for _, t, _, _ in found)
+        defaults = ToolOptions(timeout_s=self.settings.timeout_s, cache=self.settings.cache)
+        self._tools, self._exposed = {}, []
+        for source, t, options, invoke in found:
+            qualified = f"{source}.{t.name}"
+            exposed = t.name if counts[t.name] == 1 else qualified
+            options = options.merged_over(defaults)
+            spec = ToolSpec(exposed, options.description or t.description, t.input_schema, server=source)
+            limit = asyncio.Semaphore(options.max_concurrency) if options.max_concurrency else None
+            self._tools[exposed] = self._tools[qualified] = _Tool(
+                spec, qualified, t.name, options, invoke, limit
+            )
+            self._exposed.append(exposed)
+
+    def _unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(name, self._exposed, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        return f"unknown tool '{name}'.{hint} Available tools: {', '.join(self._exposed)}"
+
+    def _require_started(self) -> None:
+        if not self.started:
+            raise RuntimeError(
+                "the ToolSet is not started: `await tools.start()` (or `tools.start_sync()`) first"
+            )
+
+    def _check_loop(self) -> None:
+        if self.connections and asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "this ToolSet was started on another event loop; its server sessions live there. "
+                "Use it from the loop that started it (in a notebook: `await` or the *_sync methods, not asyncio.run)"
+            )
+
+    def stats(self) -> dict[str, Any]:
+        """Server states and restarts, and the cache's hit/miss counters."""
+        servers = {n: {"state": c.state, "restarts": c.restarts} for n, c in self.connections.items()}
+        return {"servers": servers, "cache": self.cache.stats() if self.cache is not None else None}
+
+    def __repr__(self) -> str:
+        tools = ", ".join(self._exposed) if self.started else "not started"
+        return f"ToolSet(servers={list(self.connections)}, python={len(self._functions)}, tools: {tools})"
+
+
+def _function_entry(
+    item: FunctionConfig | PythonTool | Callable[..., Any], index: int
+) -> tuple[PythonTool, ToolOptions]:
+    config = item if isinstance(item, FunctionConfig) else FunctionConfig(target=item)
+    try:
+        fn = as_python_tool(config.target, name=config.name, description=config.options.description)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError([f"functions[{index}]: {exc}"], "tools config") from exc
+    return fn, config.options
+
+
+def _python_invoke(fn: PythonTool) -> Invoke:
+    async def invoke(_name: str, arguments: dict[str, Any]) -> CallOutcome:
+        return CallOutcome(False, await fn.run(arguments))
+
+    return invoke
+
+
+def _check_named_tools(config: ServerConfig, offered: set[str], problems: list[str]) -> None:
+    """Tools named in `enabled` or `tools:` must exist on the server: a typo there is silent otherwise."""
+    for where, names in (("enabled", config.enabled or ()), ("tools", tuple(config.tools))):
+        for tool_name in names:
+            if tool_name not in offered:
+                close = difflib.get_close_matches(tool_name, sorted(offered), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"it offers: {', '.join(sorted(offered))}"
+                problems.append(
+                    f"server '{config.name}'.{where}: the server has no tool '{tool_name}'; {hint}"
+                )
+
+
+def _make_cache(settings: ToolSetSettings) -> ToolCache | None:
+    if settings.replay and settings.cache_path is None:
+        raise ConfigError(["settings.replay: replay needs settings.cache_path (the recorded sqlite file)"])
+    if not settings.cache and settings.cache_path is None:
+        return None
+    return ToolCache(max_entries=settings.cache_size, path=settings.cache_path)
+
+
+def _parse_arguments(entry: _Tool, arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str]:
+    """(arguments, "") or ({}, the message the model reads about what is wrong with them)."""
+    name = entry.spec.name
+    if arguments is None:
+        arguments = {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return {}, f"invalid arguments for {name}: not valid JSON ({exc.msg} at position {exc.pos})"
+    if not isinstance(arguments, Mapping):
+        return {}, f"invalid arguments for {name}: expected a JSON object, got {type(arguments).__name__}"
+    arguments = dict(arguments)
+    if entry.validator is not None:
+        error = _first_error(entry.validator, arguments)
+        if error:
+            return {}, f"invalid arguments for {name}: {error}"
+    return arguments, ""
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """A jsonschema validator for `schema`, or None when the server's schema is itself invalid."""
+    import jsonschema  # imported here: `import jsonschema` takes seconds, paid at start()
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        logger.warning("tool input schema is invalid, arguments will not be checked: %s", exc.message)
+        return None
+    return cls(schema)
+
+
+def _first_error(validator: Any, arguments: dict[str, Any]) -> str:
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return ""
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"'{where}': {error.message}" if where else error.message
+
+
+def _result(name: str, status: str, content: str, started_at: float, cached: bool = False) -> ToolResult:
+    return ToolResult(name, status, content, latency_s=time.perf_counter() - started_at, cached=cached)  # type: ignore[arg-type]

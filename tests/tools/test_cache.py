@@ -1,0 +1,65 @@
+"""ToolCache: canonical keys, LRU eviction, counters, and record/replay through sqlite."""
+
+from rlfactory_nb.tools import ToolCache, ToolSet
+from rlfactory_nb.tools.cache import Recorded, cache_key
+
+
+def test_argument_order_does_not_matter_but_values_do():
+    assert cache_key("t", {"a": 1, "b": [1, 2]}) == cache_key("t", {"b": [1, 2], "a": 1})
+    assert cache_key("t", {"a": 1}) != cache_key("t", {"a": "1"})
+    assert cache_key("s1.t", {}) != cache_key("s2.t", {})
+
+
+def test_least_recently_used_entries_are_evicted():
+    cache = ToolCache(max_entries=2)
+    cache.put("t", {"i": 1}, Recorded("ok", "1"))
+    cache.put("t", {"i": 2}, Recorded("ok", "2"))
+    assert cache.get("t", {"i": 1}) is not None  # 1 is now the most recent
+    cache.put("t", {"i": 3}, Recorded("ok", "3"))
+    assert cache.get("t", {"i": 2}) is None
+    assert cache.get("t", {"i": 1}) == Recorded("ok", "1")
+    assert cache.stats() == {"hits": 2, "misses": 1, "entries": 2}
+
+
+def test_results_recorded_on_disk_are_found_by_a_new_cache(tmp_path):
+    path = tmp_path / "run" / "tools.sqlite"
+    first = ToolCache(path=path)
+    first.put("calc.calculator", {"expression": "2+2"}, Recorded("ok", "4"))
+    first.close()
+    again = ToolCache(path=path)
+    assert again.get("calc.calculator", {"expression": "2+2"}) == Recorded("ok", "4")
+
+
+def _counter(label: str = "") -> int:
+    """Counts its calls: a tool whose answer shows whether it ran."""
+    _counter.calls += 1
+    return _counter.calls
+
+
+_counter.calls = 0
+
+
+async def test_a_recorded_run_replays_without_running_tools(tmp_path):
+    path = tmp_path / "tools.sqlite"
+    async with ToolSet.from_functions(_counter, cache_path=str(path)) as recording:
+        recorded = [await recording.call("_counter", {}) for _ in range(2)]
+    assert [r.cached for r in recorded] == [False, True] and _counter.calls == 1
+    async with ToolSet.from_functions(_counter, cache_path=str(path), replay=True) as replaying:
+        replayed = await replaying.call("_counter", {})
+        unrecorded = await replaying.call("_counter", {"label": "never called"})
+    assert replayed.cached and replayed.content == recorded[0].content
+    assert _counter.calls == 1  # the tool never ran during the replay
+    assert unrecorded.status == "error" and "no recorded result" in unrecorded.content
+
+
+async def test_per_tool_opt_out_always_runs_the_tool():
+    calls = []
+
+    def side_effect(x: int) -> int:
+        calls.append(x)
+        return x
+
+    config = {"functions": [{"function": side_effect, "cache": False}]}
+    async with ToolSet.from_config(config) as tools:
+        results = [await tools.call("side_effect", {"x": 1}) for _ in range(3)]
+    assert calls == [1, 1, 1] and not any(r.cached for r in results)
