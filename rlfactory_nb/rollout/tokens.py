@@ -1,0 +1,111 @@
+"""Tokens in, tokens out: how a multi-turn trajectory's ids are assembled.
+
+A trajectory's ids are the prompt ids, then exactly the ids the engine sampled for each assistant turn,
+then the ids of each non-assistant delta (the `\\n` after `<|im_end|>`, tool responses, the next
+assistant header). Model output is never decoded and re-encoded: a re-encode can merge or split tokens
+differently, and a chat template may re-render history (Qwen3 drops past think blocks), so a trainer
+that re-tokenizes trains on text the policy never produced.
+
+A delta is tokenized against a fixed base conversation: render base, render base + new messages, and
+keep the text after the base's last `<|im_end|>`, where generation stopped. Templates differ in what
+follows `<|im_end|>`, so this reads the delta off the template instead of hard-coding Qwen's `\\n`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+from rlfactory_nb.types import Message
+
+# The base's assistant turn carries reasoning so that every Qwen3-style template renders it the
+# same whether or not it is the last message.
+_BASE: list[dict[str, Any]] = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "ok", "reasoning_content": "r"},
+]
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be extended turn by turn (it rewrites earlier turns)."""
+
+
+def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, **options: Any) -> str:
+    return tokenizer.apply_chat_template(list(messages), tools=tools or None, tokenize=False, **options)
+
+
+def prompt_ids(
+    tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, enable_thinking: bool = False
+) -> list[int]:
+    """Ids of the conversation so far plus the assistant header the model continues from."""
+    text = render(tokenizer, messages, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def delta_text(tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False) -> str:
+    """The text between the end of an assistant turn (its `<|im_end|>`) and the next assistant turn."""
+    base = render(tokenizer, _BASE)
+    full = render(tokenizer, _BASE + list(new_messages), add_generation_prompt=True, enable_thinking=enable_thinking)
+    eos = tokenizer.eos_token
+    cut = base.rfind(eos)
+    if cut < 0 or not full.startswith(base[: cut + len(eos)]):
+        raise TemplateError(
+            "the chat template re-renders earlier turns when messages are appended, so turn-by-turn "
+            "token assembly is impossible; use a template whose render of a conversation is a prefix "
+            "of the render of its continuation"
+        )
+    return full[cut + len(eos) :]
+
+
+def delta_ids(tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False) -> list[int]:
+    return tokenizer.encode(delta_text(tokenizer, new_messages, enable_thinking), add_special_tokens=False)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Where a full chat-template render of the messages differs from the rollout's ids."""
+
+    position: int
+    """index into prompt_ids + response_ids of the first difference (-1: none)"""
+    rollout_context: str
+    render_context: str
+
+    @property
+    def ok(self) -> bool:
+        return self.position < 0
+
+
+def drift_check(
+    tokenizer: Any,
+    ids: Sequence[int],
+    messages: Sequence[Message],
+    tools: list[dict] | None = None,
+    enable_thinking: bool = False,
+    context: int = 8,
+) -> Drift:
+    """Compare rollout ids with a full render of `messages` (what a re-tokenizing trainer would see).
+
+    With Qwen3's template a multi-turn rollout always differs: the full render drops the empty think
+    block of earlier assistant turns. The report shows where, so a user can judge the difference.
+    """
+    rendered = tokenizer.encode(
+        render(tokenizer, messages, tools, enable_thinking=enable_thinking), add_special_tokens=False
+    )
+    ids = list(ids)
+    if len(rendered) > len(ids) and not tokenizer.decode(rendered[len(ids) :]).strip():
+        rendered = rendered[: len(ids)]  # the template's newline after the final <|im_end|>
+    limit = min(len(ids), len(rendered))
+    position = next((i for i in range(limit) if ids[i] != rendered[i]), -1)
+    if position < 0 and len(ids) != len(rendered):
+        position = limit
+    if position < 0:
+        return Drift(-1, "", "")
+    start = max(0, position - context)
+    return Drift(
+        position,
+        tokenizer.decode(ids[start : position + context]),
+        tokenizer.decode(rendered[start : position + context]),
+    )
+
+
+DriftMode = Literal["strict", "warn", "off"]

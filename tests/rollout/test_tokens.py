@@ -1,0 +1,52 @@
+"""Turn-by-turn token assembly equals the template's own render where the template is stable."""
+
+import pytest
+
+from rlfactory_nb.presets import calculator
+from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.presets.warmstart import encode_conversation
+from rlfactory_nb.rollout.tokens import TemplateError, delta_text, drift_check, prompt_ids
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def test_delta_starts_after_im_end_with_the_newline(tokenizer):
+    text = delta_text(tokenizer, [{"role": "tool", "content": "84"}])
+    assert text == "\n<|im_start|>user\n<tool_response>\n84\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+def test_single_turn_assembly_equals_full_render(tokenizer):
+    question = calculator.questions(1, seed=3)[0]
+    conversation = calculator.direct_conversation(question, __import__("random").Random(0))
+    ids, mask = encode_conversation(tokenizer, conversation, [calculator.CALCULATOR_TOOL])
+    assert drift_check(tokenizer, ids, conversation, [calculator.CALCULATOR_TOOL]).ok
+    trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    assert trained == conversation[-1]["content"] + "<|im_end|>"
+
+
+def test_multi_turn_drift_is_reported_where_qwen3_drops_the_think_block(tokenizer):
+    question = calculator.questions(1, seed=4)[0]
+    conversation = calculator.tool_conversation(question)
+    tools = [calculator.CALCULATOR_TOOL]
+    ids, mask = encode_conversation(tokenizer, conversation, tools)
+    drift = drift_check(tokenizer, ids, conversation, tools)
+    assert not drift.ok
+    assert drift.position == len(prompt_ids(tokenizer, conversation[:1], tools)) - 4  # the empty think block
+    assert "<think>" in drift.rollout_context and "<think>" not in drift.render_context
+    # every sampled token is assistant text; the tool response is never trained
+    trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    assert str(question.answer) in trained and "<tool_response>" not in trained
+
+
+def test_template_that_rewrites_history_is_refused(tokenizer):
+    class Rewriting:
+        eos_token = "<|im_end|>"
+
+        def apply_chat_template(self, messages, **_):
+            return "".join(f"[{len(messages)}]{m['content']}<|im_end|>" for m in messages)
+
+    with pytest.raises(TemplateError, match="re-renders earlier turns"):
+        delta_text(Rewriting(), [{"role": "tool", "content": "x"}])
