@@ -74,8 +74,8 @@ class Policy:
         from rlfactory_nb.engines import create_engine
 
         if kind == "hf":
-            return create_engine("hf", model=self.model, tokenizer=self.tokenizer, **options)
-        return create_engine(kind, model_path=str(self.path), tokenizer=self.tokenizer, **options)
+            return create_engine("hf", (self.model, self.tokenizer), **options)
+        return create_engine(kind, str(self.path), **options)
 
     def __repr__(self) -> str:
         return f"Policy({self.name!r}, {self.num_parameters / 1e6:.2f}M params, path={str(self.path)!r})"

