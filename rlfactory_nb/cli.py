@@ -1,6 +1,7 @@
 """`rlfactory-nb`: the headless twin of the notebooks.
 
     rlfactory-nb demo [--out DIR]            the main job on the embedded default
+    rlfactory-nb train CONFIG [key=value] [--resume]   GRPO training, headless
     rlfactory-nb tools list|call CONFIG ...  check a tools config from a shell
     rlfactory-nb config CONFIG [key=value]   validate a run config and print it resolved
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from rlfactory_nb.config import ConfigError, RunConfig
 from rlfactory_nb.tools.cli import add_tools_parser
+from rlfactory_nb.train.cli import add_train_parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     config.add_argument("overrides", nargs="*", help="dotted overrides, e.g. grpo.lr=1e-6")
     config.set_defaults(handler=_config)
 
+    add_train_parser(commands)
     add_tools_parser(commands)
     args = parser.parse_args(argv)
     try:

@@ -131,6 +131,15 @@ class GRPOConfig:
     """steps between checkpoints (0: only at the end)"""
     seed: int = 0
     """seed for prompt sampling, rollouts and initialization"""
+    token_budget: int | None = None
+    """dr_grpo's constant loss divisor in tokens; None: rollout.max_new_tokens * rollout.max_turns"""
+    truncate_ratio: float | None = None
+    """None: old logprobs are the rollout engine's. A number: the trainer recomputes them and weights
+    tokens by the engine/trainer ratio capped here (TIS, Yao et al. 2025; useful with vLLM engines)"""
+    keep_last: int = 3
+    """checkpoints kept on disk (older ones are deleted; 0 keeps all)"""
+    trajectories_per_step: int = 32
+    """trajectories saved per step to trajectories/step_XXXXXX.jsonl (-1: all, 0: none)"""
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,9 @@ class ClusterConfig:
     """share GPUs between engines and trainer (vLLM sleep/wake)"""
     object_store_memory_gb: float = 1.0
     """Ray object store size for a local cluster"""
+    backend: Literal["auto", "local", "ray"] = "auto"
+    """"local": trainer and engine in this process, no Ray (for debugging); "ray": policy workers and
+    engine actors on Ray; "auto": Ray when num_workers or num_engines > 1 or an address is given"""
 
 
 @dataclass(frozen=True)

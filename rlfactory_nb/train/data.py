@@ -1,0 +1,137 @@
+"""Prompt datasets for training and evaluation, and the seeded order a run draws them in.
+
+A row is `{"messages": [...], "ground_truth": ..., **other columns}`: the prompt as chat messages and
+what the reward function compares against. Sources:
+
+- `synthetic:calculator` / `synthetic:calculator-heldout`: the embedded calculator task (disjoint
+  seeds, so held-out questions are never trained on);
+- a `.jsonl` file whose lines have `messages` (a list of chat messages) or `prompt` (a string, taken
+  as one user message) plus `ground_truth`; other columns are kept and reach reward functions as
+  `sample.metadata`.
+
+`PromptOrder` decides which rows step k trains on from (seed, k) alone: no sampler state needs saving,
+so a resumed run draws exactly the prompts the interrupted one would have.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlfactory_nb.presets import calculator
+
+Row = dict[str, Any]
+
+SYNTHETIC_SPLITS = {"synthetic:calculator": "train", "synthetic:calculator-heldout": "heldout"}
+SYNTHETIC_TRAIN_SIZE = 20_000
+"""questions in the synthetic training set (cheap to make; larger than any run's steps x prompts)"""
+
+
+class DatasetError(ValueError):
+    """A dataset source that cannot be read, or a row without the columns training needs."""
+
+
+def load_rows(source: str, limit: int | None = None) -> list[Row]:
+    """The rows of `source` (see the module docstring), at most `limit` of them."""
+    if source in SYNTHETIC_SPLITS:
+        split = SYNTHETIC_SPLITS[source]
+        size = limit if limit is not None else SYNTHETIC_TRAIN_SIZE
+        return calculator.dataset(split, size)
+    if source.startswith("synthetic:"):
+        raise DatasetError(f"unknown synthetic dataset {source!r}; known: {', '.join(SYNTHETIC_SPLITS)}")
+    path = Path(source)
+    if path.suffix != ".jsonl":
+        raise DatasetError(
+            f"dataset {source!r}: expected a .jsonl file or one of {', '.join(SYNTHETIC_SPLITS)} "
+            "(convert parquet with pandas: df.to_json(path, orient='records', lines=True))"
+        )
+    if not path.exists():
+        raise DatasetError(
+            f"dataset file {source!r} does not exist (data.train / data.eval in the run config)"
+        )
+    rows = _read_jsonl(path)
+    if not rows:
+        raise DatasetError(f"dataset file {source!r} has no rows")
+    return rows[:limit] if limit is not None else rows
+
+
+def _read_jsonl(path: Path) -> list[Row]:
+    rows = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DatasetError(f"{path}:{number}: not valid JSON ({error.msg})") from error
+            rows.append(to_row(record, f"{path}:{number}"))
+    return rows
+
+
+def to_row(record: Any, where: str) -> Row:
+    """Validate one record and normalize `prompt` to `messages`."""
+    if not isinstance(record, dict):
+        raise DatasetError(f"{where}: a row must be a JSON object, got {type(record).__name__}")
+    if "ground_truth" not in record:
+        raise DatasetError(
+            f"{where}: missing column 'ground_truth' (the answer the reward function checks); "
+            f"columns present: {', '.join(record) or 'none'}"
+        )
+    row = dict(record)
+    if "messages" not in row:
+        if "prompt" not in row:
+            raise DatasetError(
+                f"{where}: missing column 'messages' (a list of chat messages) or 'prompt' (a string); "
+                f"columns present: {', '.join(record)}"
+            )
+        prompt = row.pop("prompt")
+        row["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    messages = row["messages"]
+    if not isinstance(messages, list) or not messages or not all(_is_message(m) for m in messages):
+        raise DatasetError(
+            f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}} objects"
+        )
+    return row
+
+
+def _is_message(message: Any) -> bool:
+    return isinstance(message, dict) and isinstance(message.get("role"), str) and "content" in message
+
+
+@dataclass(frozen=True)
+class PromptOrder:
+    """Which rows each step trains on: epochs of seeded shuffles, consumed `per_step` rows at a time."""
+
+    num_rows: int
+    per_step: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_rows < 1 or self.per_step < 1:
+            raise DatasetError(
+                f"need rows and prompts per step >= 1, got {self.num_rows} and {self.per_step}"
+            )
+
+    def indices(self, step: int) -> list[int]:
+        """Row indices for `step` (1-based), a pure function of (seed, step)."""
+        start = (step - 1) * self.per_step
+        return [self._at(position) for position in range(start, start + self.per_step)]
+
+    def _at(self, position: int) -> int:
+        epoch, offset = divmod(position, self.num_rows)
+        return _epoch_order(self.num_rows, self.seed, epoch)[offset]
+
+    def rows(self, rows: list[Row], step: int) -> list[Row]:
+        return [rows[i] for i in self.indices(step)]
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(num_rows: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(num_rows))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return tuple(order)

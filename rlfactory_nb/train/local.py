@@ -1,0 +1,81 @@
+"""The one-process backend: the trainer and the rollout engine in the loop's own process, no Ray.
+
+This is what runs on a laptop, in a notebook kernel, and under a debugger. With the `hf` engine the
+engine serves the very model object being trained, so a weight "sync" has nothing to copy; a `vllm`
+engine loads the policy folder and receives the trainer's weights after every update.
+
+A backend gives the loop four things: `engine` (where rollouts are generated), `update` (one step's
+policy update), `sync_weights` (push the trainer's weights to the engines) and the state a checkpoint
+stores (`checkpoint_model`, `optimizer_state`). `rlfactory_nb.train.workers.RayBackend` is the same
+contract over Ray actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from rlfactory_nb.engines import create_engine
+from rlfactory_nb.train.batch import TrainBatch
+from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
+
+
+class LocalBackend:
+    def __init__(
+        self,
+        cfg: Any,
+        policy: Any,
+        optimizer_state: dict[str, Any] | None = None,
+        reference: torch.nn.Module | None = None,
+    ):
+        self.policy = policy
+        self.settings = UpdateSettings.from_config(cfg)
+        self.optimizer = make_optimizer(policy.model, cfg)
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        self.reference = reference
+        self.threads = max(1, int(cfg.cluster.cpus_per_worker))
+        # The update runs in its own thread, off the event loop, with the intra-op thread count set
+        # there (it is per thread): see `_make_engine` for why more threads are slower on a busy CPU.
+        self._executor = ThreadPoolExecutor(
+            1, "LocalBackend", initializer=torch.set_num_threads, initargs=(self.threads,)
+        )
+        self.engine = self._make_engine(cfg)
+
+    def _make_engine(self, cfg: Any) -> Any:
+        if cfg.model.engine == "hf":
+            # One intra-op thread per reserved CPU: on a busy CPU, extra OpenMP threads spin against each
+            # other (a 13.6 s rollout step took 72 s with torch's default threads; see engines/hf.py).
+            return create_engine(
+                "hf", (self.policy.model, self.policy.tokenizer), seed=cfg.grpo.seed, num_threads=self.threads
+            )
+        return create_engine(cfg.model.engine, str(self.policy.path), seed=cfg.grpo.seed)
+
+    @property
+    def shares_model(self) -> bool:
+        """True when the engine generates with the trained model object itself (nothing to sync)."""
+        return getattr(self.engine, "model", None) is self.policy.model
+
+    async def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
+        update = functools.partial(
+            policy_update, self.policy.model, self.optimizer, batch, self.settings, step, self.reference
+        )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, update)
+
+    async def sync_weights(self) -> None:
+        if not self.shares_model:
+            await self.engine.update_weights(self.policy.model.state_dict())
+
+    async def checkpoint_model(self) -> torch.nn.Module:
+        return self.policy.model
+
+    async def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    async def close(self) -> None:
+        await self.engine.close()
+        self._executor.shutdown(wait=False)

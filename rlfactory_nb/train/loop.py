@@ -1,0 +1,389 @@
+"""The GRPO training loop. `Trainer.step` reads as the algorithm:
+
+    sample prompts (seeded by step) -> group rollouts on the engines -> rewards -> group-relative
+    advantages -> drop zero-variance groups -> mini-batched policy update -> push weights to the
+    engines -> metrics row -> (periodically) held-out eval and checkpoint
+
+Where the update and the engines run is the backend's business (`LocalBackend`: one process, no Ray;
+`RayBackend`: policy workers and engine actors), so this file is the same for a laptop and a cluster.
+`train(cfg)` runs a whole run; `train_sync` is its twin for plain scripts and notebook cells.
+
+Resume: with `resume=True` the run restarts from `runs/<name>/checkpoints/latest`: weights, optimizer,
+RNG states and step. Prompts for step k are a function of (seed, k), and metric rows written after
+the checkpoint by the interrupted run are dropped, so no step is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from rlfactory_nb._async import run_sync
+from rlfactory_nb.algo.advantages import group_advantages, turn_advantages, turn_index, zero_variance_groups
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.engines.base import SamplingParams
+from rlfactory_nb.policy import Policy
+from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
+from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.train import checkpoint as ckpt
+from rlfactory_nb.train.batch import build_batch
+from rlfactory_nb.train.data import PromptOrder, load_rows
+from rlfactory_nb.train.metrics import (
+    MetricsWriter,
+    read_metrics,
+    reward_metrics,
+    rollout_metrics,
+    summary_stats,
+)
+from rlfactory_nb.types import Sample, Trajectory, save_jsonl
+
+StepCallback = Callable[[dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    step: int
+    """the last completed step"""
+    metrics: dict[str, Any]
+    """the last step's metrics row"""
+    checkpoint: Path | None
+
+
+class Trainer:
+    """One run: owns the policy, tools, reward runner, backend and the run folder. `start` first."""
+
+    def __init__(self, cfg: RunConfig, policy: Policy | None = None, reward: RewardRunner | None = None):
+        self.cfg = cfg
+        self.policy = policy
+        self.reward = reward or RewardRunner.from_config(cfg.reward)
+        self.run_dir = cfg.run_dir
+        self.step = 0
+        self.tools: Any = None
+        self.backend: Any = None
+        self.last_checkpoint: Path | None = None
+
+    # ------------------------------------------------------------------ setup
+
+    async def start(self, resume: bool = False) -> Trainer:
+        cfg = self.cfg
+        checkpoint = self._resume_point(resume)
+        optimizer_state = None
+        if checkpoint is not None:
+            state = checkpoint.trainer_state()
+            self.policy = Policy.load(checkpoint.path, device=cfg.model.device, dtype=cfg.model.dtype)
+            self.step, optimizer_state = state["step"], state["optimizer"]
+            ckpt.restore_rng(state["rng"])
+            self.last_checkpoint = checkpoint.path
+        else:
+            torch.manual_seed(cfg.grpo.seed)
+            self.policy = self.policy or Policy.load(
+                cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype
+            )
+        self.metrics = MetricsWriter(self.run_dir)
+        self.metrics.truncate_after(self.step)
+        self.tools = await self._start_tools()
+        self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint))
+        self.agent = self._agent(cfg.rollout.temperature)
+        self.train_rows = load_rows(cfg.data.train)
+        self.eval_rows = load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else []
+        self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
+        return self
+
+    def _resume_point(self, resume: bool) -> ckpt.Checkpoint | None:
+        latest = ckpt.load_latest(self.run_dir)
+        if resume:
+            return latest
+        if latest is not None or read_metrics(self.run_dir):
+            raise FileExistsError(
+                f"{self.run_dir} already holds a run: pass resume=True (CLI: --resume) to continue it, or "
+                "choose another name (name=...) or output_dir"
+            )
+        return None
+
+    def _reference(self, checkpoint: ckpt.Checkpoint | None) -> torch.nn.Module | None:
+        """The frozen model KL is measured against: the run's starting weights (only when kl_coef > 0)."""
+        if not self.cfg.grpo.kl_coef:
+            return None
+        if checkpoint is None:
+            reference = copy.deepcopy(self.policy.model)
+        else:
+            reference = Policy.load(
+                self.cfg.model.name, device=self.cfg.model.device, dtype=self.cfg.model.dtype
+            ).model
+        return reference.eval().requires_grad_(False)
+
+    async def _start_tools(self) -> Any:
+        if self.cfg.tools.config is None:
+            return None
+        from rlfactory_nb.tools import ToolSet
+
+        settings = self.cfg.tools
+        tools = ToolSet.from_config(
+            settings.config,
+            timeout_s=settings.timeout_s,
+            max_concurrency=settings.max_concurrency,
+            max_result_chars=settings.max_result_chars,
+            cache=settings.cache,
+        )
+        return await tools.start()
+
+    def _agent(self, temperature: float) -> Agent:
+        rollout = self.cfg.rollout
+        return Agent(
+            self.policy,
+            self.tools,
+            parser=rollout.parser,
+            max_turns=rollout.max_turns,
+            max_new_tokens=rollout.max_new_tokens,
+            max_total_tokens=rollout.max_total_tokens,
+            sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
+            engine=self.backend.engine,
+            drift=rollout.drift_check,
+        )
+
+    # ------------------------------------------------------------------ one step
+
+    async def step_once(self) -> dict[str, Any]:
+        """Run the next step; returns its metrics row."""
+        cfg, step, timer, started = self.cfg.grpo, self.step + 1, _Timer(), time.perf_counter()
+        rows = self.order.rows(self.train_rows, step)
+        with timer("rollout"):
+            groups = await rollout_groups(self.agent, rows, cfg.group_size, self.cfg.rollout.max_in_flight)
+        with timer("reward"):
+            outcomes = await self.score(groups)
+        rewards = torch.tensor([[o.score for o in group] for group in outcomes])  # (N, G)
+        flat = zero_variance_groups(rewards)  # (N,)
+        keep = [i for i in range(len(groups)) if not (cfg.filter_zero_variance and flat[i])]
+        advantages = self.advantages([groups[i] for i in keep], rewards[keep], [outcomes[i] for i in keep])
+        trained = [traj for i in keep for traj in groups[i]]
+        train_metrics: dict[str, float] = {}
+        with timer("update"):
+            if trained:
+                batch = build_batch(trained, advantages, self.policy.tokenizer.pad_token_id)
+                train_metrics = await self.backend.update(batch, step)
+        with timer("sync"):
+            if trained:
+                await self.backend.sync_weights()
+        self.step = step
+        self._save_trajectories(groups, outcomes, step)
+        row = {
+            "step": step,
+            **reward_metrics(
+                [o.score for g in outcomes for o in g], [o.components for g in outcomes for o in g]
+            ),
+            **rollout_metrics([traj for group in groups for traj in group]),
+            "reward/failures": sum(len(o.errors) for g in outcomes for o in g),
+            "groups/total": len(groups),
+            "groups/zero_variance": int(flat.sum()),
+            "groups/trained": len(keep),
+            **summary_stats(_per_trajectory(advantages), "advantages"),
+            **train_metrics,
+            **timer.seconds(),
+        }
+        row["throughput/sampled_tokens_per_s"] = _sampled(groups) / max(row["time/rollout_s"], 1e-9)
+        row["time/step_s"] = time.perf_counter() - started
+        return row
+
+    async def score(self, groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
+        samples = [Sample.from_trajectory(traj) for group in groups for traj in group]
+        flat = await self.reward.score(samples)
+        size = len(groups[0]) if groups else 0
+        return [flat[i * size : (i + 1) * size] for i in range(len(groups))]
+
+    def advantages(
+        self, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]]
+    ) -> torch.Tensor | list[list[float]]:
+        """One advantage per trajectory (N*G,), or per response token when rewards come per turn."""
+        scale = self.cfg.grpo.scale_rewards
+        if not groups:
+            return torch.zeros(0)
+        if not all(o.turn_scores for group in outcomes for o in group):
+            return group_advantages(rewards, scale=scale).flatten()
+        return _turn_level(groups, outcomes, scale)
+
+    def _save_trajectories(
+        self, groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], step: int
+    ) -> None:
+        limit = self.cfg.grpo.trajectories_per_step
+        if limit == 0:
+            return
+        flat = [
+            (traj, outcome) for group, scored in zip(groups, outcomes) for traj, outcome in zip(group, scored)
+        ]
+        chosen = flat if limit < 0 else flat[:limit]
+        for traj, outcome in chosen:
+            traj.metadata.update(step=step, reward=outcome.score, reward_components=outcome.components)
+        save_jsonl([traj for traj, _ in chosen], self.run_dir / "trajectories" / f"step_{step:06d}.jsonl")
+
+    # ------------------------------------------------------------------ eval and checkpoints
+
+    async def evaluate(self) -> dict[str, float]:
+        """Held-out reward, one rollout per prompt: sampled (run temperature) and greedy."""
+        metrics: dict[str, float] = {}
+        for mode, temperature in (("sampled", self.cfg.rollout.temperature), ("greedy", 0.0)):
+            groups = await rollout_groups(
+                self._agent(temperature), self.eval_rows, 1, self.cfg.rollout.max_in_flight
+            )
+            outcomes = await self.score(groups)
+            trajectories = [traj for group in groups for traj in group]
+            metrics.update(
+                reward_metrics([o.score for g in outcomes for o in g], [], prefix=f"eval/{mode}_reward")
+            )
+            metrics.update(rollout_metrics(trajectories, prefix=f"eval/{mode}"))
+        return metrics
+
+    async def save_checkpoint(self) -> Path:
+        saved = ckpt.save_checkpoint(
+            self.run_dir,
+            self.step,
+            await self.backend.checkpoint_model(),
+            self.policy.tokenizer,
+            await self.backend.optimizer_state(),
+            self.cfg,
+            keep_last=self.cfg.grpo.keep_last,
+        )
+        self.last_checkpoint = saved.path
+        return saved.path
+
+    # ------------------------------------------------------------------ the run
+
+    async def run(self, on_step: StepCallback | None = None, stop_event: Any = None) -> TrainResult:
+        cfg = self.cfg.grpo
+        row: dict[str, Any] = {}
+        if cfg.eval_every and self.step == 0:
+            self.metrics.write({"step": 0, **await self.evaluate()})
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {self.cfg.name}", unit="step")
+        try:
+            while self.step < cfg.steps and not (stop_event is not None and stop_event.is_set()):
+                started = time.perf_counter()
+                row = await self.step_once()
+                if cfg.eval_every and self.step % cfg.eval_every == 0:
+                    row.update(await self.evaluate())
+                row["time/step_s"] = time.perf_counter() - started  # now including the eval
+                # The row goes to disk before the checkpoint: a crash in between re-runs the step and
+                # truncate_after drops this row, so the metrics keep each step exactly once.
+                self.metrics.write(row)
+                if self.step == cfg.steps or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
+                    await self.save_checkpoint()
+                bar.update(1)
+                bar.set_postfix(reward=f"{row['reward/mean']:.3f}", s=f"{row['time/step_s']:.1f}")
+                if on_step is not None:
+                    await _maybe_await(on_step(row))
+        finally:
+            bar.close()
+        return TrainResult(self.run_dir, self.step, row, self.last_checkpoint)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.metrics.close()
+        if self.backend is not None:
+            await self.backend.close()
+        if self.tools is not None:
+            await self.tools.stop()
+
+
+def make_backend(
+    cfg: RunConfig, policy: Policy, optimizer_state: dict[str, Any] | None, reference: torch.nn.Module | None
+) -> Any:
+    """The local backend (one process) or Ray workers, as cluster.backend says (see ClusterConfig)."""
+    cluster = cfg.cluster
+    use_ray = cluster.backend == "ray" or (
+        cluster.backend == "auto"
+        and (cluster.num_workers > 1 or cluster.num_engines > 1 or cluster.address is not None)
+    )
+    if use_ray:
+        from rlfactory_nb.train.workers import RayBackend
+
+        return RayBackend(cfg, policy, optimizer_state, reference)
+    from rlfactory_nb.train.local import LocalBackend
+
+    return LocalBackend(cfg, policy, optimizer_state, reference)
+
+
+async def train(
+    cfg: RunConfig,
+    policy: Policy | None = None,
+    on_step: StepCallback | None = None,
+    stop_event: Any = None,
+    resume: bool = False,
+    reward: RewardRunner | None = None,
+) -> TrainResult:
+    """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring."""
+    trainer = Trainer(cfg, policy, reward)
+    try:
+        await trainer.start(resume=resume)
+        return await trainer.run(on_step, stop_event)
+    finally:
+        await trainer.close()
+
+
+def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:
+    """`train` from a plain script or a notebook cell."""
+    return run_sync(train(cfg, **options))
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _turn_level(
+    groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], scale: bool
+) -> list[list[float]]:
+    """Per-token advantages from per-turn rewards (reward-to-go, see algo.advantages.turn_advantages)."""
+    flat = [traj for group in groups for traj in group]
+    masks = [torch.tensor(traj.loss_mask, dtype=torch.long) for traj in flat]
+    width = max(len(mask) for mask in masks)
+    token_turn = torch.full((len(flat), width), -1, dtype=torch.long)
+    for row, mask in enumerate(masks):
+        token_turn[row, : len(mask)] = turn_index(mask)
+    turns = max(max(len(o.turn_scores or []) for g in outcomes for o in g), int(token_turn.max()) + 1, 1)
+    turn_rewards = torch.zeros(len(flat), turns)
+    for row, outcome in enumerate(o for group in outcomes for o in group):
+        scores = outcome.turn_scores or []
+        turn_rewards[row, : len(scores)] = torch.tensor(scores, dtype=torch.float32)
+    size = len(groups[0])
+    per_token = turn_advantages(
+        turn_rewards.view(len(groups), size, turns), token_turn.view(len(groups), size, width), scale=scale
+    ).view(len(flat), width)
+    return [per_token[row, : len(traj.response_ids)].tolist() for row, traj in enumerate(flat)]
+
+
+def _per_trajectory(advantages: torch.Tensor | list[list[float]]) -> list[float]:
+    if isinstance(advantages, torch.Tensor):
+        return advantages.tolist()
+    return [max(values, key=abs) if values else 0.0 for values in advantages]
+
+
+def _sampled(groups: list[list[Trajectory]]) -> int:
+    return sum(traj.num_sampled_tokens for group in groups for traj in group)
+
+
+async def _maybe_await(value: Any) -> None:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        await value
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self._seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._seconds[f"time/{name}_s"] = time.perf_counter() - started
+
+    def seconds(self) -> dict[str, float]:
+        return dict(self._seconds)

@@ -1,0 +1,172 @@
+"""What one training step measured, and the stream it is written to.
+
+Each step appends one flat JSON object to `runs/<name>/metrics.jsonl` (and TensorBoard event files
+under `runs/<name>/tensorboard/` when the `tensorboard` package is installed). Keys are grouped by a
+prefix; every row has at least `STEP_KEYS`:
+
+    step, time                              step number (1-based), unix time of the row
+    reward/mean, reward/std, reward/<fn>    the training reward over all trajectories, each component
+    rollout/...                             trajectories, response tokens, turns, tool calls per
+                                            trajectory, tool-call rate (share with >= 1 call),
+                                            parse errors, finish/<reason> counts
+    tools/...                               status/<status> counts, latency_mean_s, cached_fraction
+    groups/...                              total, zero_variance (all rewards equal), trained
+    advantages/...                          mean, std, abs_mean over trained trajectories
+    train/...                               loss, clip fractions, ratio, kl, entropy, grad_norm, lr,
+                                            optimizer_steps (absent when no group had signal)
+    time/...                                rollout_s, reward_s, update_s, sync_s, step_s
+    throughput/...                          sampled tokens per second of rollout and of the step
+    eval/...                                sampled and greedy held-out reward (eval steps only)
+
+A resumed run first drops rows past its checkpoint (`truncate_after`), so every step appears once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlfactory_nb.types import Trajectory
+
+METRICS_FILE = "metrics.jsonl"
+STEP_KEYS = (
+    "step",
+    "time",
+    "reward/mean",
+    "reward/std",
+    "rollout/trajectories",
+    "rollout/response_tokens_mean",
+    "rollout/turns_mean",
+    "rollout/tool_calls_per_trajectory",
+    "rollout/tool_call_rate",
+    "rollout/parse_errors",
+    "groups/total",
+    "groups/zero_variance",
+    "groups/trained",
+    "time/rollout_s",
+    "time/reward_s",
+    "time/update_s",
+    "time/sync_s",
+    "time/step_s",
+)
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout") -> dict[str, float]:
+    """Counts and means over trajectories: tokens, turns, tool calls and their outcomes, finish reasons."""
+    count = max(len(trajectories), 1)
+    results = [result for traj in trajectories for result in traj.tool_results()]
+    calls = [len(traj.tool_calls()) for traj in trajectories]
+    metrics: dict[str, float] = {
+        f"{prefix}/trajectories": len(trajectories),
+        f"{prefix}/response_tokens_mean": sum(t.num_sampled_tokens for t in trajectories) / count,
+        f"{prefix}/turns_mean": sum(t.num_turns for t in trajectories) / count,
+        f"{prefix}/tool_calls_per_trajectory": sum(calls) / count,
+        f"{prefix}/tool_call_rate": sum(1 for n in calls if n) / count,
+        f"{prefix}/parse_errors": sum(len(turn.parse_errors) for t in trajectories for turn in t.turns),
+    }
+    for reason, number in Counter(t.finish_reason for t in trajectories).items():
+        metrics[f"{prefix}/finish/{reason}"] = number
+    if prefix == "rollout":
+        metrics.update(tool_metrics(results))
+    return metrics
+
+
+def tool_metrics(results: Sequence[Any]) -> dict[str, float]:
+    metrics: dict[str, float] = {"tools/calls": len(results)}
+    for status, number in Counter(result.status for result in results).items():
+        metrics[f"tools/status/{status}"] = number
+    if results:
+        metrics["tools/latency_mean_s"] = sum(result.latency_s for result in results) / len(results)
+        metrics["tools/cached_fraction"] = sum(1 for result in results if result.cached) / len(results)
+    return metrics
+
+
+def reward_metrics(
+    scores: Sequence[float], components: Sequence[dict[str, float]], prefix: str = "reward"
+) -> dict[str, float]:
+    """Mean and (population) std of the training reward, and the mean of every named component."""
+    metrics = {f"{prefix}/mean": _mean(scores), f"{prefix}/std": _std(scores)}
+    names = sorted({name for row in components for name in row})
+    for name in names:
+        metrics[f"{prefix}/{name}"] = _mean([row[name] for row in components if name in row])
+    return metrics
+
+
+def summary_stats(values: Sequence[float], prefix: str) -> dict[str, float]:
+    """mean, std and mean absolute value, e.g. of advantages."""
+    return {
+        f"{prefix}/mean": _mean(values),
+        f"{prefix}/std": _std(values),
+        f"{prefix}/abs_mean": _mean([abs(v) for v in values]),
+    }
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def _std(values: Sequence[float]) -> float:
+    if not values:
+        return 0.0
+    mean = _mean(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+class MetricsWriter:
+    """Appends step rows to metrics.jsonl (flushed per row, so a crash loses at most the step in flight)."""
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True):
+        self.path = Path(run_dir) / METRICS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._board = _tensorboard_writer(Path(run_dir) / "tensorboard") if tensorboard else None
+
+    def write(self, row: dict[str, Any]) -> None:
+        row = {"time": time.time(), **row}
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(row, default=float) + "\n")
+        if self._board is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key not in ("step", "time"):
+                    self._board.add_scalar(key, value, global_step=int(row["step"]))
+            self._board.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """Drop rows of steps after `step` (written by a run that crashed before its next checkpoint)."""
+        if not self.path.exists():
+            return
+        kept = [row for row in read_metrics(self.path.parent) if int(row.get("step", 0)) <= step]
+        temporary = self.path.with_suffix(".jsonl.tmp")
+        temporary.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+        os.replace(temporary, self.path)
+
+    def close(self) -> None:
+        if self._board is not None:
+            self._board.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every row of a run's metrics.jsonl (a torn last line from a crash is skipped)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _tensorboard_writer(folder: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional: metrics.jsonl is the record
+        return None
+    return SummaryWriter(str(folder))

@@ -1,0 +1,73 @@
+"""Dataset sources, row validation, and the seeded prompt order that makes resume exact."""
+
+import json
+
+import pytest
+
+from rlfactory_nb.presets import calculator
+from rlfactory_nb.train.data import DatasetError, PromptOrder, load_rows
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_synthetic_splits_come_from_the_calculator_preset():
+    train = load_rows("synthetic:calculator", limit=50)
+    heldout = load_rows("synthetic:calculator-heldout", limit=50)
+    assert train == calculator.dataset("train", 50) and heldout == calculator.dataset("heldout", 50)
+    assert not {r["messages"][0]["content"] for r in train} & {r["messages"][0]["content"] for r in heldout}
+    with pytest.raises(DatasetError, match="synthetic:calculator-heldout"):
+        load_rows("synthetic:calculatr")
+
+
+def test_jsonl_rows_with_messages_or_prompt_keep_their_extra_columns(tmp_path):
+    path = write_jsonl(
+        tmp_path / "data.jsonl",
+        [
+            {"messages": [{"role": "user", "content": "2+2?"}], "ground_truth": "4", "level": 1},
+            {"prompt": "3+3?", "ground_truth": "6"},
+        ],
+    )
+    rows = load_rows(path)
+    assert rows[0] == {"messages": [{"role": "user", "content": "2+2?"}], "ground_truth": "4", "level": 1}
+    assert rows[1] == {"messages": [{"role": "user", "content": "3+3?"}], "ground_truth": "6"}
+    assert load_rows(path, limit=1) == rows[:1]
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"prompt": "hi"}, r"data.jsonl:1: missing column 'ground_truth'.*columns present: prompt"),
+        (
+            {"question": "hi", "ground_truth": "x"},
+            r"missing column 'messages'.*or 'prompt'.*question, ground_truth",
+        ),
+        ({"messages": [{"content": "no role"}], "ground_truth": "x"}, r"'messages' must be a non-empty list"),
+        ([1, 2], r"a row must be a JSON object"),
+    ],
+)
+def test_bad_rows_name_the_line_and_the_missing_column(tmp_path, record, message):
+    path = write_jsonl(tmp_path / "data.jsonl", [record])
+    with pytest.raises(DatasetError, match=message):
+        load_rows(path)
+
+
+def test_missing_files_and_other_formats_are_clear_errors(tmp_path):
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_rows(str(tmp_path / "nope.jsonl"))
+    with pytest.raises(DatasetError, match="expected a .jsonl file"):
+        load_rows(str(tmp_path / "data.csv"))
+    (tmp_path / "bad.jsonl").write_text('{"prompt": \n')
+    with pytest.raises(DatasetError, match="bad.jsonl:1: not valid JSON"):
+        load_rows(str(tmp_path / "bad.jsonl"))
+
+
+def test_prompt_order_is_a_function_of_seed_and_step_and_covers_each_epoch():
+    order = PromptOrder(num_rows=10, per_step=4, seed=3)
+    again = PromptOrder(num_rows=10, per_step=4, seed=3)
+    assert [order.indices(s) for s in range(1, 6)] == [again.indices(s) for s in range(1, 6)]
+    first_epoch = order.indices(1) + order.indices(2) + order.indices(3)[:2]
+    assert sorted(first_epoch) == list(range(10))  # every row once before any repeats
+    assert order.indices(1) != PromptOrder(num_rows=10, per_step=4, seed=4).indices(1)
