@@ -28,7 +28,7 @@ from rlfactory_nb.config import (
 from rlfactory_nb.engines import Generation, SamplingParams, create_engine
 from rlfactory_nb.parsing import ParseResult, get_parser
 from rlfactory_nb.policy import Policy
-from rlfactory_nb.rewards import RewardOutcome, RewardRunner, load_reward
+from rlfactory_nb.rewards import LLMJudge, RewardOutcome, RewardRunner, load_reward
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.display import format_trajectory
 from rlfactory_nb.rollout.groups import rollout_groups
@@ -54,6 +54,7 @@ __all__ = [
     "ConfigError",
     "DataConfig",
     "GRPOConfig",
+    "LLMJudge",
     "Generation",
     "Message",
     "ModelConfig",

@@ -1,6 +1,9 @@
 """The calculator task: questions, the tool the model is shown, and warm-start conversations.
 
-Questions are two operands (10-999) joined by + - or *; the answer is the exact integer. The model
+Questions are two three-digit operands joined by + - or *, always phrased "What is 123*456?"; the
+answer is the exact integer. One phrasing and fixed-width operands put every digit the model must
+copy into the call at a fixed distance from where it is needed, a pattern a 1M-parameter model can
+learn with relative-position attention alone. The model
 sees one tool, `calculator(expression)`, served by `rlfactory_nb.tools.servers.calculator`, whose
 listed spec must equal CALCULATOR_TOOL (a test checks): the warm-start renders this exact spec, so
 a tiny model trained on it sees the same system prompt at rollout time.
@@ -29,7 +32,7 @@ CALCULATOR_TOOL: dict[str, Any] = {
     },
 }
 
-_QUESTION_FORMS = ["What is {e}?", "Compute {e}.", "Calculate {e}", "{e} = ?", "What does {e} equal?"]
+_QUESTION_FORMS = ["What is {e}?"]
 _OPS = ["+", "-", "*"]
 
 
@@ -48,7 +51,7 @@ class Question:
 
 
 def make_question(rng: random.Random) -> Question:
-    a, b, op = rng.randint(10, 999), rng.randint(10, 999), rng.choice(_OPS)
+    a, b, op = rng.randint(100, 999), rng.randint(100, 999), rng.choice(_OPS)
     expression = f"{a}{op}{b}"
     answer = {"+": a + b, "-": a - b, "*": a * b}[op]
     return Question(expression, answer, rng.choice(_QUESTION_FORMS).format(e=expression))

@@ -7,7 +7,14 @@ The model then calls the tool part of the time and is often wrong when it does n
 
 Copying digits (question -> expression, tool result -> answer) is the hard part for a 1M-parameter
 model, and a fixed training time sometimes falls short (see NOTES.md), so training runs until a
-quality gate passes on held-out questions, within a time budget.
+quality gate passes on held-out questions, within a step budget.
+
+The copy is learned first on short conversations that all call the tool (no tool list in the
+system prompt, so every step is cheap and full of digits to copy), then on the real prompts with the
+intended mix of calling and guessing. Behind the ~220-token tool list, the few digits to copy are a needle among hundreds of
+positions and the attention gradient that finds them is diluted; on short prompts the model learns
+the copy sooner, and because RoPE attention is relative, the skill carries over to the long prompt,
+where the model then only has to learn to look past the tool list.
 """
 
 from __future__ import annotations
@@ -34,10 +41,12 @@ class WarmStartConfig:
     batch_size: int = 32
     lr: float = 6e-3
     """AdamW peak learning rate (warmup then cosine)"""
-    min_steps: int = 300
-    max_steps: int = 1400
-    max_seconds: float = 170.0
-    """hard time budget of the warm-start"""
+    short_prompt_steps: int = 400
+    """first steps train on tool conversations only, without the tool list in the system prompt"""
+    min_steps: int = 450
+    max_steps: int = 1200
+    max_seconds: float = 900.0
+    """safety limit; the step counts make the build deterministic"""
     check_every: int = 50
     gate: float = 0.6
     """stop once both copy accuracies on held-out questions reach this"""
@@ -62,13 +71,14 @@ def encode_conversation(tokenizer: Any, messages: list[Message], tools: list[dic
     return ids, mask
 
 
-def make_examples(tokenizer: Any, cfg: WarmStartConfig) -> list[tuple[list[int], list[int]]]:
+def make_examples(
+    tokenizer: Any, cfg: WarmStartConfig, tools: list[dict] | None, tool_share: float
+) -> list[tuple[list[int], list[int]]]:
     rng = random.Random(cfg.seed)
-    tools = [calculator.CALCULATOR_TOOL]
     digit_ids = {tokenizer.convert_tokens_to_ids(d) for d in "0123456789-"}
     examples = []
     for question in calculator.questions(cfg.examples, seed=cfg.seed + 100):
-        if rng.random() < cfg.tool_share:
+        if rng.random() < tool_share:
             examples.append(encode_conversation(tokenizer, calculator.tool_conversation(question), tools))
         else:
             ids, mask = encode_conversation(tokenizer, calculator.direct_conversation(question, rng), tools)
@@ -120,8 +130,9 @@ def copy_accuracy(model: Any, tokenizer: Any, questions: list[calculator.Questio
     """Greedy copy accuracy on held-out questions: (expression copied into the call, result copied
     into the answer), each with the preceding text forced."""
     tools = [calculator.CALCULATOR_TOOL]
-    call_prefix = tokenizer.encode(calculator.call_text("\x00").split("\x00")[0], add_special_tokens=False)
-    answer_prefix = tokenizer.encode(calculator.answer_text("\x00").split("\x00")[0], add_special_tokens=False)
+    hole = "@HOLE@"  # survives json.dumps unescaped, unlike control characters
+    call_prefix = tokenizer.encode(calculator.call_text(hole).split(hole)[0], add_special_tokens=False)
+    answer_prefix = tokenizer.encode(calculator.answer_text(hole).split(hole)[0], add_special_tokens=False)
     call_prompts, answer_prompts = [], []
     for question in questions:
         call_prompts.append(prompt_ids(tokenizer, question.messages(), tools) + call_prefix)
@@ -160,8 +171,11 @@ def warm_start(
 ) -> dict[str, float]:
     """Train `model` in place until the copy gate passes or the budget ends; returns final metrics."""
     torch.manual_seed(cfg.seed)
-    examples = make_examples(tokenizer, cfg)
-    prefix_length = shared_prefix_length(examples)
+    phases = [
+        make_examples(tokenizer, cfg, None, tool_share=1.0),
+        make_examples(tokenizer, cfg, [calculator.CALCULATOR_TOOL], tool_share=cfg.tool_share),
+    ]
+    prefix_lengths = [shared_prefix_length(examples) for examples in phases]
     heldout = calculator.questions(48, seed=cfg.seed + 200)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
     rng = random.Random(cfg.seed)
@@ -170,8 +184,9 @@ def warm_start(
         model.train()
         for group in optimizer.param_groups:
             group["lr"] = _schedule(step, cfg)
-        batch = rng.sample(examples, cfg.batch_size)
-        loss = prefix_shared_loss(model, batch, prefix_length, tokenizer.pad_token_id)
+        phase = 0 if step < cfg.short_prompt_steps else 1
+        batch = rng.sample(phases[phase], cfg.batch_size)
+        loss = prefix_shared_loss(model, batch, prefix_lengths[phase], tokenizer.pad_token_id)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

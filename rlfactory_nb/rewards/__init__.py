@@ -16,6 +16,7 @@ from rlfactory_nb.rewards.functions import (
     tool_error_penalty,
     tool_success_rate,
 )
+from rlfactory_nb.rewards.judge import JudgeError, JudgeParseError, JudgeUsage, LLMJudge
 from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
 from rlfactory_nb.rewards.runner import RewardError, RewardFailure, RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.samples import make_sample
@@ -24,6 +25,10 @@ from rlfactory_nb.rewards.verify import tool_verified
 
 __all__ = [
     "InvalidRewardValue",
+    "JudgeError",
+    "JudgeParseError",
+    "JudgeUsage",
+    "LLMJudge",
     "RewardError",
     "RewardFailure",
     "RewardFunction",

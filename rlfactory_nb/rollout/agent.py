@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.parsing import format_error_for_model, get_parser
 from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids
-from rlfactory_nb.types import Message, ToolResult, Trajectory, Turn
+from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn
 
 log = logging.getLogger(__name__)
 
@@ -86,41 +87,13 @@ class Agent:
     def tool_schemas(self) -> list[dict] | None:
         return [spec.to_openai() for spec in self.tools.specs] if self.tools else None
 
+    def start(self, messages: Sequence[Message], metadata: dict[str, Any] | None = None) -> AgentSession:
+        """A trajectory that advances one turn per `await session.step()` (the RolloutStepper's view)."""
+        return AgentSession(self, messages, metadata)
+
     async def rollout(self, messages: Sequence[Message], metadata: dict[str, Any] | None = None) -> Trajectory:
         """Run one trajectory from `messages` (the prompt) to its end."""
-        messages = [dict(m) for m in messages]
-        tools = self.tool_schemas()
-        progress = _Progress(prompt_ids(self.tokenizer, messages, tools, self.enable_thinking), [], [], [])
-        traj = Trajectory(
-            prompt_ids=progress.ids,
-            response_ids=progress.response_ids,
-            loss_mask=progress.loss_mask,
-            logprobs=progress.logprobs,
-            messages=messages,
-            metadata=dict(metadata or {}),
-            id=(metadata or {}).get("id") or uuid.uuid4().hex[:12],
-        )
-        traj.finish_reason = await self._run_turns(traj, progress)
-        self._check_drift(traj, tools)
-        return traj
-
-    async def _run_turns(self, traj: Trajectory, progress: _Progress) -> str:
-        for _ in range(self.max_turns):
-            budget = self.max_total_tokens - len(progress.all_ids)
-            if budget <= 0:
-                return "length"
-            turn = await self._generate(traj, progress, budget)
-            if turn.finish_reason == "length":
-                return "length"
-            if not turn.calls and not turn.parse_errors:
-                return "stop"
-            tool_messages = await self._call_tools(turn)
-            delta = delta_ids(self.tokenizer, tool_messages, self.enable_thinking)
-            if len(progress.all_ids) + len(delta) >= self.max_total_tokens:
-                return "length"
-            progress.add(delta, sampled=False)
-            traj.messages.extend(tool_messages)
-        return "max_turns"
+        return await self.start(messages, metadata).run()
 
     async def _generate(self, traj: Trajectory, progress: _Progress, budget: int) -> Turn:
         sampling = replace(self.sampling, max_new_tokens=min(self.sampling.max_new_tokens, budget))
@@ -138,7 +111,7 @@ class Agent:
             generate_s=time.perf_counter() - started,
         )
         traj.turns.append(turn)
-        message: Message = {"role": "assistant", "content": parsed.content}
+        message: Message = {"role": "assistant", "content": _content_without_calls(text, parsed.calls)}
         if parsed.calls:
             message["tool_calls"] = [call.to_message_call() for call in parsed.calls]
         traj.messages.append(message)
@@ -176,3 +149,72 @@ class Agent:
             raise DriftError(message)
         if self.drift_count == 1:
             log.warning("%s; further drift is counted in agent.drift_count", message)
+
+
+def _content_without_calls(text: str, calls: list) -> str:
+    """The assistant message's content: the text minus the calls that parsed (those become
+    `tool_calls`). Broken call blocks stay in the content, so the history shows what the model wrote."""
+    for call in calls:
+        text = text.replace(call.raw, "", 1)
+    return text.strip()
+
+
+class AgentSession:
+    """One trajectory in progress. `step` runs one assistant turn and the tool calls it makes;
+    `Agent.rollout` is `run`, i.e. `step` until `done`, so both paths share every rule."""
+
+    def __init__(self, agent: Agent, messages: Sequence[Message], metadata: dict[str, Any] | None = None):
+        self.agent = agent
+        messages = [dict(m) for m in messages]
+        self._tools = agent.tool_schemas()
+        self._progress = _Progress(prompt_ids(agent.tokenizer, messages, self._tools, agent.enable_thinking), [], [], [])
+        self.trajectory = Trajectory(
+            prompt_ids=self._progress.ids,
+            response_ids=self._progress.response_ids,
+            loss_mask=self._progress.loss_mask,
+            logprobs=self._progress.logprobs,
+            messages=messages,
+            metadata=dict(metadata or {}),
+            id=(metadata or {}).get("id") or uuid.uuid4().hex[:12],
+        )
+        # Not a dataclass field (never serialized): lets `traj.view()` decode its token strip.
+        self.trajectory._tokenizer = agent.tokenizer
+        self.done = False
+
+    async def step(self) -> Turn | None:
+        """Generate the next assistant turn and answer its tool calls; None when the token budget was
+        already spent. Sets `done` (and the trajectory's finish_reason) when the trajectory has ended."""
+        if self.done:
+            raise RuntimeError(f"trajectory {self.trajectory.id} has ended ({self.trajectory.finish_reason})")
+        agent, traj, progress = self.agent, self.trajectory, self._progress
+        if traj.num_turns >= agent.max_turns:
+            return self._finish("max_turns", None)
+        budget = agent.max_total_tokens - len(progress.all_ids)
+        if budget <= 0:
+            return self._finish("length", None)
+        turn = await agent._generate(traj, progress, budget)
+        if turn.finish_reason == "length":
+            return self._finish("length", turn)
+        if not turn.calls and not turn.parse_errors:
+            return self._finish("stop", turn)
+        tool_messages = await agent._call_tools(turn)
+        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking)
+        if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
+            return self._finish("length", turn)
+        progress.add(delta, sampled=False)
+        traj.messages.extend(tool_messages)
+        if traj.num_turns >= agent.max_turns:
+            return self._finish("max_turns", turn)
+        return turn
+
+    async def run(self) -> Trajectory:
+        """Step until the trajectory ends; returns it."""
+        while not self.done:
+            await self.step()
+        return self.trajectory
+
+    def _finish(self, reason: FinishReason, turn: Turn | None) -> Turn | None:
+        self.trajectory.finish_reason = reason
+        self.done = True
+        self.agent._check_drift(self.trajectory, self._tools)
+        return turn

@@ -1,0 +1,51 @@
+"""Warm-start pieces: the shared-prefix loss equals the plain loss; masks train only what they should."""
+
+
+import torch
+from transformers import Qwen3ForCausalLM
+
+from rlfactory_nb.presets import calculator, tiny_config
+from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.presets.warmstart import (
+    WarmStartConfig,
+    encode_conversation,
+    make_examples,
+    prefix_shared_loss,
+    shared_prefix_length,
+)
+
+
+def plain_loss(model, examples):
+    total, count = 0.0, 0
+    for ids, mask in examples:
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+        logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        trained = torch.tensor(mask[1:], dtype=torch.bool)
+        total, count = total - logprobs[trained].sum(), count + int(trained.sum())
+    return total / count
+
+
+def test_shared_prefix_loss_equals_the_plain_loss():
+    tokenizer = build_tokenizer()
+    examples = make_examples(tokenizer, WarmStartConfig(examples=12), [calculator.CALCULATOR_TOOL], tool_share=0.5)
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(tiny_config()).eval()
+    prefix = shared_prefix_length(examples)
+    assert prefix > 150  # the whole tool list is shared
+    shared = prefix_shared_loss(model, examples, prefix, tokenizer.pad_token_id)
+    assert torch.allclose(shared, plain_loss(model, examples), atol=1e-5)
+
+
+def test_guessed_digits_are_not_trained_but_copied_digits_are():
+    tokenizer = build_tokenizer()
+    digits = {tokenizer.convert_tokens_to_ids(d) for d in "0123456789"}
+    question = calculator.questions(1, seed=5)[0]
+    tools = [calculator.CALCULATOR_TOOL]
+    examples = make_examples(tokenizer, WarmStartConfig(examples=40, seed=3), tools, tool_share=0.5)
+    for ids, mask in examples:
+        trained_digits = [t for t, m in zip(ids, mask) if m and t in digits]
+        is_tool = 4096 + 14 in [t for t, m in zip(ids, mask) if m]  # <tool_call> was sampled
+        assert bool(trained_digits) == is_tool
+    ids, mask = encode_conversation(tokenizer, calculator.tool_conversation(question), tools)
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert question.expression in trained and f"<answer>{question.answer}</answer>" in trained
