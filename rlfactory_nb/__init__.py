@@ -12,81 +12,54 @@ is here, inspectable from a notebook:
 The names below are the public API; notebooks import nothing else.
 """
 
-from rlfactory_nb import parsing, rewards
-from rlfactory_nb.algo import group_advantages, turn_advantages, zero_variance_groups
-from rlfactory_nb.config import (
-    ClusterConfig,
-    ConfigError,
-    DataConfig,
-    GRPOConfig,
-    ModelConfig,
-    RewardConfig,
-    RolloutConfig,
-    RunConfig,
-    ToolsConfig,
-)
-from rlfactory_nb.engines import Generation, SamplingParams, create_engine
-from rlfactory_nb.parsing import ParseResult, get_parser
-from rlfactory_nb.policy import Policy
-from rlfactory_nb.rewards import LLMJudge, RewardOutcome, RewardRunner, load_reward
-from rlfactory_nb.rollout.agent import Agent
-from rlfactory_nb.rollout.display import format_trajectory
-from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.tools import ToolCache, ToolSet, tool
-from rlfactory_nb.types import (
-    Message,
-    ParseError,
-    Sample,
-    ToolCall,
-    ToolResult,
-    ToolSpec,
-    Trajectory,
-    Turn,
-    load_jsonl,
-    save_jsonl,
-)
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Agent",
-    "ClusterConfig",
-    "ConfigError",
-    "DataConfig",
-    "GRPOConfig",
-    "LLMJudge",
-    "Generation",
-    "Message",
-    "ModelConfig",
-    "ParseError",
-    "ParseResult",
-    "Policy",
-    "RewardConfig",
-    "RewardOutcome",
-    "RewardRunner",
-    "RolloutConfig",
-    "RunConfig",
-    "Sample",
-    "SamplingParams",
-    "ToolCache",
-    "ToolCall",
-    "ToolResult",
-    "ToolSet",
-    "ToolSpec",
-    "ToolsConfig",
-    "Trajectory",
-    "Turn",
-    "create_engine",
-    "format_trajectory",
-    "get_parser",
-    "group_advantages",
-    "load_jsonl",
-    "load_reward",
-    "parsing",
-    "rewards",
-    "rollout_groups",
-    "save_jsonl",
-    "tool",
-    "turn_advantages",
-    "zero_variance_groups",
-]
+# Public name -> the module that defines it. Imported on first use: `import rlfactory_nb` stays
+# cheap, which matters for every tool server started as `python -m rlfactory_nb.tools.servers.X`
+# (importing torch and transformers up front cost each one ~10 s here).
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["parsing", "rewards"], ""),
+    **dict.fromkeys(["group_advantages", "turn_advantages", "zero_variance_groups"], "algo"),
+    **dict.fromkeys(
+        ["ClusterConfig", "ConfigError", "DataConfig", "GRPOConfig", "ModelConfig", "RewardConfig",
+         "RolloutConfig", "RunConfig", "ToolsConfig"],
+        "config",
+    ),
+    **dict.fromkeys(["Generation", "SamplingParams", "create_engine"], "engines"),
+    **dict.fromkeys(["ParseResult", "get_parser"], "parsing"),
+    "Policy": "policy",
+    **dict.fromkeys(["LLMJudge", "RewardOutcome", "RewardRunner", "load_reward"], "rewards"),
+    **dict.fromkeys(["Agent", "AgentSession"], "rollout.agent"),
+    "format_trajectory": "rollout.display",
+    "rollout_groups": "rollout.groups",
+    **dict.fromkeys(["ToolCache", "ToolSet", "tool"], "tools"),
+    # `train` itself is not exported: it would shadow the `rlfactory_nb.train` subpackage
+    **dict.fromkeys(["train_sync", "Trainer", "TrainResult"], "train.loop"),
+    **dict.fromkeys(["load_latest", "CheckpointError"], "train.checkpoint"),
+    "read_metrics": "train.metrics",
+    **dict.fromkeys(
+        ["Message", "ParseError", "Sample", "ToolCall", "ToolResult", "ToolSpec", "Trajectory", "Turn",
+         "load_jsonl", "save_jsonl"],
+        "types",
+    ),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlfactory_nb' has no attribute {name!r}")
+    module = _EXPORTS[name]
+    if not module:  # a subpackage exported as itself
+        return importlib.import_module(f"rlfactory_nb.{name}")
+    value = getattr(importlib.import_module(f"rlfactory_nb.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
