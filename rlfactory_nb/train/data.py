@@ -5,9 +5,11 @@ what the reward function compares against. Sources:
 
 - `synthetic:calculator` / `synthetic:calculator-heldout`: the embedded calculator task (disjoint
   seeds, so held-out questions are never trained on);
-- a `.jsonl` file whose lines have `messages` (a list of chat messages) or `prompt` (a string, taken
-  as one user message) plus `ground_truth`; other columns are kept and reach reward functions as
-  `sample.metadata`.
+- a `.jsonl` or `.parquet` file whose rows have `messages` (a list of chat messages) or `prompt` (a
+  string, taken as one user message, or a list of messages) plus `ground_truth`; other columns are
+  kept and reach reward functions as `sample.metadata`. The verl / Search-R1 layout (`prompt`
+  messages, `reward_model: {"ground_truth": ...}`, `data_source`, `extra_info`) loads unchanged, so
+  datasets prepared for verl train here as they are.
 
 `PromptOrder` decides which rows step k trains on from (seed, k) alone: no sampler state needs saving,
 so a resumed run draws exactly the prompts the interrupted one would have.
@@ -27,6 +29,7 @@ from rlfactory_nb.presets import calculator
 Row = dict[str, Any]
 
 SYNTHETIC_SPLITS = {"synthetic:calculator": "train", "synthetic:calculator-heldout": "heldout"}
+FILE_SUFFIXES = (".jsonl", ".parquet")
 SYNTHETIC_TRAIN_SIZE = 20_000
 """questions in the synthetic training set (cheap to make; larger than any run's steps x prompts)"""
 
@@ -44,51 +47,83 @@ def load_rows(source: str, limit: int | None = None) -> list[Row]:
     if source.startswith("synthetic:"):
         raise DatasetError(f"unknown synthetic dataset {source!r}; known: {', '.join(SYNTHETIC_SPLITS)}")
     path = Path(source)
-    if path.suffix != ".jsonl":
+    if path.suffix not in FILE_SUFFIXES:
         raise DatasetError(
-            f"dataset {source!r}: expected a .jsonl file or one of {', '.join(SYNTHETIC_SPLITS)} "
-            "(convert parquet with pandas: df.to_json(path, orient='records', lines=True))"
+            f"dataset {source!r}: expected a .jsonl file, a .parquet file or one of "
+            f"{', '.join(SYNTHETIC_SPLITS)}"
         )
-    if not path.exists():
-        raise DatasetError(
-            f"dataset file {source!r} does not exist (data.train / data.eval in the run config)"
-        )
-    rows = _read_jsonl(path)
+    rows = [to_row(record, where) for where, record in read_records(path)]
     if not rows:
         raise DatasetError(f"dataset file {source!r} has no rows")
     return rows[:limit] if limit is not None else rows
 
 
-def _read_jsonl(path: Path) -> list[Row]:
-    rows = []
+def read_records(path: str | Path) -> list[tuple[str, Any]]:
+    """The raw records of a `.jsonl` or `.parquet` file, each with where it came from (`file:line`,
+    `file row n`) for error messages. Parquet needs pyarrow; nested columns come back as dicts and
+    lists (not numpy arrays, as pandas would give)."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(
+            f"dataset file {str(path)!r} does not exist (data.train / data.eval in the run config)"
+        )
+    if path.suffix == ".parquet":
+        return _read_parquet(path)
+    return _read_jsonl(path)
+
+
+def _read_jsonl(path: Path) -> list[tuple[str, Any]]:
+    records = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                records.append((f"{path}:{number}", json.loads(line)))
             except json.JSONDecodeError as error:
                 raise DatasetError(f"{path}:{number}: not valid JSON ({error.msg})") from error
-            rows.append(to_row(record, f"{path}:{number}"))
-    return rows
+    return records
+
+
+def _read_parquet(path: Path) -> list[tuple[str, Any]]:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as error:
+        raise DatasetError(f"reading {path} needs pyarrow: pip install pyarrow") from error
+    try:
+        table = pyarrow.parquet.read_table(path)
+    except (OSError, pyarrow.ArrowException) as error:
+        raise DatasetError(f"{path}: not a readable parquet file ({error})") from error
+    return [(f"{path} row {number}", record) for number, record in enumerate(table.to_pylist(), start=1)]
 
 
 def to_row(record: Any, where: str) -> Row:
     """Validate one record and normalize `prompt` to `messages`."""
     if not isinstance(record, dict):
         raise DatasetError(f"{where}: a row must be a JSON object, got {type(record).__name__}")
-    if "ground_truth" not in record:
+    columns = ", ".join(record) or "none"
+    if "messages" not in record and "prompt" not in record:
+        hint = (
+            ". Plain question/answer rows carry no prompt: convert them first, e.g. "
+            "python -m rlfactory_nb.recipes.deepsearch.convert IN OUT.jsonl --layout verl"
+            if "question" in record
+            else ""
+        )
         raise DatasetError(
-            f"{where}: missing column 'ground_truth' (the answer the reward function checks); "
-            f"columns present: {', '.join(record) or 'none'}"
+            f"{where}: missing column 'messages' (a list of chat messages) or 'prompt' (a string); "
+            f"columns present: {columns}{hint}"
         )
     row = dict(record)
-    if "messages" not in row:
-        if "prompt" not in row:
+    if "ground_truth" not in row:
+        reward_model = row.get("reward_model")
+        if not (isinstance(reward_model, dict) and "ground_truth" in reward_model):
             raise DatasetError(
-                f"{where}: missing column 'messages' (a list of chat messages) or 'prompt' (a string); "
-                f"columns present: {', '.join(record)}"
+                f"{where}: missing column 'ground_truth' (the answer the reward function checks; "
+                f"verl-layout files give it as reward_model.ground_truth); columns present: {columns}"
             )
+        row["ground_truth"] = reward_model["ground_truth"]
+    if "messages" not in row:
         prompt = row.pop("prompt")
         row["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     messages = row["messages"]
