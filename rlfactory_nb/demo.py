@@ -31,7 +31,7 @@ async def _demo(out: Path, num_rollouts: int) -> int:
     policy = Policy.load("tiny-calculator")
     print(policy)
     async with ToolSet.from_config(EXAMPLE_TOOLS) as tools:
-        agent = Agent(policy, tools, max_turns=3, max_new_tokens=48, sampling=SamplingParams(temperature=1.0, seed=0))
+        agent = Agent(policy, tools, max_turns=3, max_new_tokens=48, sampling=SamplingParams(temperature=1.0))
         rows = calculator.dataset("heldout", num_rollouts)
         trajectories = await asyncio.gather(*(agent.rollout(row["messages"], {"ground_truth": row["ground_truth"]}) for row in rows))
         await agent.engine.close()

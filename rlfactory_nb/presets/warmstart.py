@@ -75,21 +75,14 @@ def make_examples(
     tokenizer: Any, cfg: WarmStartConfig, tools: list[dict] | None, tool_share: float
 ) -> list[tuple[list[int], list[int]]]:
     rng = random.Random(cfg.seed)
-    digit_ids = {tokenizer.convert_tokens_to_ids(d) for d in "0123456789-"}
     examples = []
     for question in calculator.questions(cfg.examples, seed=cfg.seed + 100):
         if rng.random() < tool_share:
-            examples.append(encode_conversation(tokenizer, calculator.tool_conversation(question), tools))
+            conversation = calculator.tool_conversation(question)
         else:
-            ids, mask = encode_conversation(tokenizer, calculator.direct_conversation(question, rng), tools)
-            examples.append((ids, _unmask_digits(ids, mask, digit_ids)))
+            conversation = calculator.direct_conversation(question, rng)
+        examples.append(encode_conversation(tokenizer, conversation, tools))
     return examples
-
-
-def _unmask_digits(ids: list[int], mask: list[int], digit_ids: set[int]) -> list[int]:
-    """A guessed answer's digits are noise: train the choice to answer directly and the answer
-    format, not the guess itself (its loss would only add gradient noise to the copying skill)."""
-    return [0 if token in digit_ids else m for token, m in zip(ids, mask)]
 
 
 def shared_prefix_length(examples: list[tuple[list[int], list[int]]]) -> int:

@@ -36,16 +36,12 @@ def test_shared_prefix_loss_equals_the_plain_loss():
     assert torch.allclose(shared, plain_loss(model, examples), atol=1e-5)
 
 
-def test_guessed_digits_are_not_trained_but_copied_digits_are():
+def test_tool_conversations_train_the_copied_digits_and_never_the_tool_response():
     tokenizer = build_tokenizer()
-    digits = {tokenizer.convert_tokens_to_ids(d) for d in "0123456789"}
     question = calculator.questions(1, seed=5)[0]
-    tools = [calculator.CALCULATOR_TOOL]
-    examples = make_examples(tokenizer, WarmStartConfig(examples=40, seed=3), tools, tool_share=0.5)
-    for ids, mask in examples:
-        trained_digits = [t for t, m in zip(ids, mask) if m and t in digits]
-        is_tool = 4096 + 14 in [t for t, m in zip(ids, mask) if m]  # <tool_call> was sampled
-        assert bool(trained_digits) == is_tool
-    ids, mask = encode_conversation(tokenizer, calculator.tool_conversation(question), tools)
+    ids, mask = encode_conversation(tokenizer, calculator.tool_conversation(question), [calculator.CALCULATOR_TOOL])
     trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    masked = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
     assert question.expression in trained and f"<answer>{question.answer}</answer>" in trained
+    assert f"<tool_response>\n{question.answer}\n</tool_response>" in masked
+    assert "<tool_response>" not in trained
