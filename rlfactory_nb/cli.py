@@ -2,6 +2,7 @@
 
     rlfactory-nb demo [--out DIR]            the main job on the embedded default
     rlfactory-nb train CONFIG [key=value] [--resume]   GRPO training, headless
+    rlfactory-nb eval ...                    evaluate a checkpoint or model on a dataset
     rlfactory-nb tools list|call CONFIG ...  check a tools config from a shell
     rlfactory-nb config CONFIG [key=value]   validate a run config and print it resolved
 """
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 from rlfactory_nb.config import ConfigError, RunConfig
+from rlfactory_nb.eval import add_eval_parser
 from rlfactory_nb.tools.cli import add_tools_parser
 from rlfactory_nb.train.cli import add_train_parser
 
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     config.set_defaults(handler=_config)
 
     add_train_parser(commands)
+    add_eval_parser(commands)
     add_tools_parser(commands)
     args = parser.parse_args(argv)
     try:

@@ -135,6 +135,13 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def view(self, tokenizer: Any = None) -> Any:
+        """A notebook widget (rlfactory_nb.widgets.TrajectoryView): turns, tool calls, and the tokens
+        coloured by loss mask. `tokenizer` decodes the token strip; the producing agent's by default."""
+        from rlfactory_nb.widgets.trajectory import TrajectoryView
+
+        return TrajectoryView(self, tokenizer)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         turns = [

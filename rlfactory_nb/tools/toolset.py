@@ -297,6 +297,12 @@ class ToolSet:
         servers = {n: {"state": c.state, "restarts": c.restarts} for n, c in self.connections.items()}
         return {"servers": servers, "cache": self.cache.stats() if self.cache is not None else None}
 
+    def view(self) -> Any:
+        """A notebook widget (rlfactory_nb.widgets.ToolSetView): servers, schemas, a form to call a tool."""
+        from rlfactory_nb.widgets.tools import ToolSetView
+
+        return ToolSetView(self)
+
     def __repr__(self) -> str:
         tools = ", ".join(self._exposed) if self.started else "not started"
         return f"ToolSet(servers={list(self.connections)}, python={len(self._functions)}, tools: {tools})"

@@ -1,0 +1,119 @@
+"""The training driver: a detached, named Ray actor that runs one `Trainer` for a TrainingJob.
+
+Detached so the run survives the kernel that launched it (a kernel restart, a closed laptop lid on
+a remote cluster); named (`rlfactory-nb:<run name>`) so `TrainingJob.attach` finds it again. It is
+an async actor: training runs as a task on the actor's event loop (the heavy work already happens
+in threads), so `status`, `stop` and reads are answered while a step is running.
+
+Stopping is cooperative: `stop` sets the event `Trainer.run` checks between steps; the step in
+flight finishes, a checkpoint of it is written, and the driver records "stopped". Everything the
+driver prints goes to runs/<name>/job.log, and its state to runs/<name>/job.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
+from rlfactory_nb.config import RunConfig
+
+
+class TrainingDriver:
+    def __init__(self, config: dict[str, Any], cwd: str, resume: bool, num_threads: int, linger_s: float):
+        if os.path.isdir(cwd):
+            os.chdir(cwd)  # relative paths in the config (tools files, datasets) mean the launcher's folder
+        self.cfg = RunConfig.from_dict(config)
+        self.folder = RunFolder(Path(self.cfg.run_dir))
+        self.resume = resume
+        self.linger_s = linger_s
+        self.num_threads = num_threads
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._trainer: Any = None
+        self._capture_output()
+
+    def _capture_output(self) -> None:
+        self.folder.path.mkdir(parents=True, exist_ok=True)
+        log = open(self.folder.path / LOG_FILE, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives with the actor)
+        sys.stdout = sys.stderr = log
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        import torch
+
+        from rlfactory_nb.train.loop import Trainer
+
+        torch.set_num_threads(max(1, self.num_threads))
+        steps = self.cfg.grpo.steps
+        self.folder.write_status(
+            state="starting", step=0, steps=steps, pid=os.getpid(), error=None,
+            run_dir=str(self.folder.path), model=self.cfg.model.name,
+        )
+        trainer = self._trainer = Trainer(self.cfg)
+        try:
+            await trainer.start(resume=self.resume)
+            self.folder.write_status(state="running", step=trainer.step)
+            result = await trainer.run(on_step=self._on_step, stop_event=self._stop)
+            if self._stop.is_set() and result.step < steps:
+                await self._checkpoint_stopped(trainer)
+                self.folder.write_status(state="stopped", step=trainer.step)
+            else:
+                self.folder.write_status(state="finished", step=trainer.step)
+        except Exception:  # noqa: BLE001  (recorded for the kernel, which re-raises it in job.wait)
+            text = traceback.format_exc()
+            print(text, flush=True)
+            self.folder.write_status(state="failed", step=trainer.step, error=text)
+        finally:
+            await trainer.close()
+            print(f"driver: {self.folder.status()['state']} at step {trainer.step}", flush=True)
+        await self._linger()
+
+    async def _checkpoint_stopped(self, trainer: Any) -> None:
+        latest = trainer.last_checkpoint
+        if trainer.step > 0 and (latest is None or not str(latest).endswith(f"{trainer.step:06d}")):
+            await trainer.save_checkpoint()
+
+    def _on_step(self, row: dict[str, Any]) -> None:
+        self.folder.write_status(step=int(row["step"]), reward=row.get("reward/mean"))
+
+    async def _linger(self) -> None:
+        """Stay answerable for a while after the end, then free the CPUs the actor holds."""
+        await asyncio.sleep(self.linger_s)
+        import ray
+
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    async def status(self) -> dict[str, Any]:
+        status = self.folder.status()
+        if self._stop.is_set() and status.get("state") in ("starting", "running"):
+            status["state"] = "stopping"
+        return status
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self.folder.status().get("state") in ("starting", "running"):
+            self.folder.write_status(state="stopping")
+
+    async def metrics(self) -> list[dict[str, Any]]:
+        return self.folder.metrics()
+
+    async def trajectory_records(self, k: int) -> list[dict[str, Any]]:
+        return self.folder.trajectory_records(k)
+
+    async def logs(self, tail_chars: int) -> str:
+        return self.folder.logs(tail_chars)
+
+    async def checkpoints(self) -> list[str]:
+        return [str(path) for path in self.folder.checkpoints()]

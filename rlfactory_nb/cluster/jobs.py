@@ -1,0 +1,242 @@
+"""`launch(cfg, cluster)` and `TrainingJob`: training runs on the cluster, the kernel stays free.
+
+`launch` starts the driver actor (cluster/driver.py) and returns a TrainingJob at once. The job is a
+handle: every property is read when asked, from the actor while it lives and from `runs/<name>/`
+(cluster/run_folder.py) otherwise, so a finished run opens without Ray and
+`TrainingJob.attach(name, cluster)` reconnects after a kernel restart.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rlfactory_nb.cluster.driver import TrainingDriver
+from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
+from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.types import Trajectory
+
+ACTOR_TIMEOUT_S = 5.0
+"""how long a read waits for the driver before answering from disk (a starting actor is busy)"""
+
+
+class JobFailed(RuntimeError):
+    """The training driver raised; the message holds its traceback (also in job.logs())."""
+
+
+class JobExistsError(RuntimeError):
+    """A job of that name is still running on the cluster."""
+
+
+def launch(
+    cfg: RunConfig,
+    cluster: Cluster | None = None,
+    *,
+    resume: bool = False,
+    replace: bool = False,
+    num_cpus: float | None = None,
+    linger_s: float = 600.0,
+) -> TrainingJob:
+    """Start training `cfg` on `cluster` (default: `Cluster.connect(cfg.cluster.address)`); returns at once.
+
+    resume: continue runs/<name> from its latest checkpoint. replace: delete runs/<name> first.
+    num_cpus: CPUs the driver reserves (default cfg.cluster.cpus_per_worker; also its torch threads).
+    linger_s: how long the driver stays answerable after the run ends before freeing its CPUs.
+    """
+    import ray
+
+    cluster = cluster or Cluster.connect(cfg.cluster.address)
+    cfg = _absolute(cfg)
+    folder = RunFolder(cfg.run_dir)
+    _retire_previous(cfg.name)
+    _prepare_folder(folder, resume, replace)
+    folder.write_status(state="pending", step=0, steps=cfg.grpo.steps, error=None, run_dir=str(folder.path), model=cfg.model.name)
+    cpus = num_cpus if num_cpus is not None else cfg.cluster.cpus_per_worker
+    actor = (
+        ray.remote(TrainingDriver)
+        .options(name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0)
+        .remote(cfg.to_dict(), str(Path.cwd()), resume, max(1, int(cpus)), linger_s)
+    )
+    actor.start.remote()
+    return TrainingJob(cfg.name, folder.path, actor, cluster)
+
+
+def _absolute(cfg: RunConfig) -> RunConfig:
+    """Paths the driver must find whatever its working directory: the run folder and the tools file."""
+    overrides: dict[str, Any] = {"output_dir": str(Path(cfg.output_dir).resolve())}
+    if cfg.tools.config is not None and Path(cfg.tools.config).exists():
+        overrides["tools.config"] = str(Path(cfg.tools.config).resolve())
+    return cfg.replace(overrides)
+
+
+def _retire_previous(name: str) -> None:
+    """A finished driver of the same name lingers; a running one is an error."""
+    import ray
+
+    try:
+        previous = ray.get_actor(JOB_PREFIX + name, namespace=NAMESPACE)
+    except ValueError:
+        return
+    try:
+        state = ray.get(previous.status.remote(), timeout=ACTOR_TIMEOUT_S).get("state")
+    except Exception:  # noqa: BLE001  (an unresponsive leftover is retired below)
+        state = "unknown"
+    if state not in TERMINAL_STATES and state != "unknown":
+        raise JobExistsError(
+            f"a job named {name!r} is {state} on this cluster: TrainingJob.attach({name!r}, cluster) to watch it, "
+            "job.stop() to end it, or launch under another name"
+        )
+    ray.kill(previous, no_restart=True)
+
+
+def _prepare_folder(folder: RunFolder, resume: bool, replace: bool) -> None:
+    if replace and folder.path.exists():
+        shutil.rmtree(folder.path)
+    if not resume and (folder.metrics() or folder.checkpoints()):
+        raise FileExistsError(
+            f"{folder.path} already holds a run: launch(..., resume=True) to continue it, replace=True to start "
+            "over, or choose another name"
+        )
+
+
+class TrainingJob:
+    """A handle on one run; see the module docstring."""
+
+    def __init__(self, name: str, run_dir: str | Path, actor: Any = None, cluster: Cluster | None = None):
+        self.name = name
+        self.folder = RunFolder(Path(run_dir))
+        self.cluster = cluster
+        self._actor = actor
+
+    @classmethod
+    def attach(cls, name: str, cluster: Cluster | None = None, output_dir: str | Path = "runs") -> TrainingJob:
+        """The job `name`: its live driver when `cluster` has one, else the run folder on disk."""
+        run_dir = Path(output_dir).resolve() / name
+        actor = None
+        if cluster is not None:
+            import ray
+
+            try:
+                actor = ray.get_actor(JOB_PREFIX + name, namespace=NAMESPACE)
+                run_dir = Path(ray.get(actor.status.remote(), timeout=30).get("run_dir") or run_dir)
+            except ValueError:
+                actor = None
+        if actor is None and not run_dir.exists():
+            raise FileNotFoundError(
+                f"no job named {name!r}: no driver on the cluster and no run folder {run_dir} "
+                "(pass output_dir= if the run was written elsewhere)"
+            )
+        return cls(name, run_dir, actor, cluster)
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
+
+    def info(self) -> dict[str, Any]:
+        """The driver's state record: state, step, steps, reward, error."""
+        live = self._ask("status")
+        return live if live is not None else self.folder.status()
+
+    @property
+    def status(self) -> str:
+        return str(self.info().get("state", "unknown"))
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL_STATES
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every metrics row so far (one per step; see train/metrics.py for the keys)."""
+        live = self._ask("metrics")
+        return live if live is not None else self.folder.metrics()
+
+    def latest_trajectories(self, k: int = 8) -> list[Trajectory]:
+        live = self._ask("trajectory_records", k)
+        records = live if live is not None else self.folder.trajectory_records(k)
+        return [Trajectory.from_dict(record) for record in records]
+
+    def logs(self, tail_chars: int = 20_000) -> str:
+        live = self._ask("logs", tail_chars)
+        return live if live is not None else self.folder.logs(tail_chars)
+
+    @property
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints, oldest first (each a Hugging Face folder: `rf.evaluate` takes one)."""
+        live = self._ask("checkpoints")
+        return [Path(p) for p in live] if live is not None else self.folder.checkpoints()
+
+    def tokenizer(self) -> Any:
+        """The run's tokenizer, to decode token strips of its trajectories."""
+        from transformers import AutoTokenizer
+
+        checkpoints = self.checkpoints
+        if checkpoints:
+            return AutoTokenizer.from_pretrained(str(checkpoints[-1]))
+        from rlfactory_nb import presets
+
+        model = self.folder.status().get("model") or "tiny-calculator"
+        path = presets.preset_path(model) if model in presets.PRESETS else model
+        return AutoTokenizer.from_pretrained(str(path))
+
+    # ------------------------------------------------------------------ control
+
+    def stop(self, timeout_s: float = 300.0) -> str:
+        """Finish the step in flight, checkpoint it, and stop; after `timeout_s` the driver is killed."""
+        if self._actor is None or self.done:
+            return self.status
+        self._ask("stop")
+        try:
+            return self.wait(timeout_s, raise_on_failure=False)
+        except TimeoutError:
+            import ray
+
+            ray.kill(self._actor, no_restart=True)
+            self._actor = None
+            self.folder.write_status(state="killed", error=f"did not stop within {timeout_s:g} s; killed")
+            return "killed"
+
+    def wait(self, timeout_s: float | None = None, poll_s: float = 1.0, raise_on_failure: bool = True) -> str:
+        """Block until the job ends; returns its final state. Raises JobFailed when it failed."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            info = self.info()
+            state = info.get("state")
+            if state in TERMINAL_STATES:
+                if state == "failed" and raise_on_failure:
+                    raise JobFailed(f"job {self.name!r} failed:\n{info.get('error')}")
+                return str(state)
+            if self._actor is None and state not in ("pending", "starting", "running", "stopping"):
+                raise RuntimeError(f"job {self.name!r} has no driver and its last state is {state!r}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.name!r} still {state} after {timeout_s:g} s")
+            time.sleep(poll_s)
+
+    def dashboard(self, refresh_s: float = 2.0) -> Any:
+        """Live curves and the latest rollouts, refreshing in the background until the job ends."""
+        from rlfactory_nb.widgets.dashboard import TrainingDashboard
+
+        return TrainingDashboard(self, refresh_s=refresh_s)
+
+    def _ask(self, method: str, *args: Any) -> Any:
+        """Call the driver, or None when there is none (gone, or too busy starting to answer)."""
+        if self._actor is None:
+            return None
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            return ray.get(getattr(self._actor, method).remote(*args), timeout=ACTOR_TIMEOUT_S)
+        except GetTimeoutError:
+            return None
+        except RayActorError:
+            self._actor = None  # the driver is gone for good; the folder is the record now
+            return None
+
+    def __repr__(self) -> str:
+        info = self.info()
+        return f"TrainingJob({self.name!r}, {info.get('state')}, step {info.get('step', 0)}/{info.get('steps', '?')}, {self.run_dir})"

@@ -1,0 +1,198 @@
+"""Cluster: the one place a notebook kernel connects to Ray.
+
+`Cluster.connect()` with no address starts a private local Ray sized for this machine: every CPU it
+may use, an object store of a tenth of RAM (Ray's default of 30% starves small machines), the
+dashboard bound to 127.0.0.1 only, and `address="local"` so a stale cluster file in /tmp can never
+make it join someone else's cluster. `"auto"` joins a cluster started with `ray start` on this
+machine and `"ray://host:10001"` a remote one through Ray Client.
+
+Token authentication: clusters started with `ray start` require a token by default. Pass
+`token=` (the string) or `token_path=`, or keep it in `~/.ray/auth_token` or `$RAY_AUTH_TOKEN`;
+`connect` sets `RAY_AUTH_MODE=token` when a token is given, and turns Ray's authentication error
+into one that says where the token goes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAMESPACE = "rlfactory_nb"
+"""the Ray namespace of every actor this package names (jobs are found by name in it)"""
+JOB_PREFIX = "rlfactory-nb:"
+"""named training-driver actors are called JOB_PREFIX + run name"""
+_GIB = 2**30
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    address: str
+    alive: bool
+    cpus: float
+    gpus: float
+    memory_gb: float
+    object_store_gb: float
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    """Totals and what is free right now, plus each node."""
+
+    nodes: list[NodeInfo]
+    cpus: float
+    gpus: float
+    memory_gb: float
+    object_store_gb: float
+    available_cpus: float
+    available_gpus: float
+
+
+def machine_limits() -> tuple[int, int]:
+    """(CPUs this process may use, object store bytes) for a local cluster on this machine."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    object_store = int(min(max(total * 0.1, 256 * 2**20), 8 * _GIB))
+    return cpus, object_store
+
+
+class Cluster:
+    """A connection to Ray; create with `Cluster.connect`."""
+
+    def __init__(self, address: str, dashboard_url: str | None, local: bool):
+        self.address = address
+        self.dashboard_url = dashboard_url
+        self.local = local
+        """True when this kernel started the cluster (it ends with the kernel)"""
+
+    @classmethod
+    def connect(
+        cls,
+        address: str | None = None,
+        *,
+        num_cpus: int | None = None,
+        object_store_memory_gb: float | None = None,
+        dashboard: bool = True,
+        token: str | None = None,
+        token_path: str | Path | None = None,
+    ) -> Cluster:
+        """Start a local Ray (address None) or join one ("auto", "ray://host:10001"); see the module
+        docstring. Connecting again in the same kernel returns the existing connection."""
+        import ray
+
+        if ray.is_initialized():
+            return cls._current()
+        _set_token(token, token_path)
+        try:
+            if address is None:
+                cpus, object_store = machine_limits()
+                context = ray.init(
+                    address="local",
+                    num_cpus=num_cpus or cpus,
+                    object_store_memory=int(object_store_memory_gb * _GIB) if object_store_memory_gb else object_store,
+                    include_dashboard=dashboard,
+                    dashboard_host="127.0.0.1",
+                    namespace=NAMESPACE,
+                    log_to_driver=False,  # job output goes to runs/<name>/job.log, not into cells
+                )
+            else:
+                context = ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        except Exception as error:
+            raise _explain(error, address) from error
+        url = getattr(context, "dashboard_url", None) or None
+        return cls(address or "local", f"http://{url}" if url and not url.startswith("http") else url, address is None)
+
+    @classmethod
+    def _current(cls) -> Cluster:
+        import ray
+
+        context = ray.get_runtime_context()
+        address = getattr(context, "gcs_address", "") or "connected"
+        return cls(address, None, False)
+
+    def resources(self) -> ClusterResources:
+        import ray
+
+        nodes = [_node(node) for node in ray.nodes()]
+        alive = [node for node in nodes if node.alive]
+        free = ray.available_resources()
+        return ClusterResources(
+            nodes=nodes,
+            cpus=sum(n.cpus for n in alive),
+            gpus=sum(n.gpus for n in alive),
+            memory_gb=sum(n.memory_gb for n in alive),
+            object_store_gb=sum(n.object_store_gb for n in alive),
+            available_cpus=free.get("CPU", 0.0),
+            available_gpus=free.get("GPU", 0.0),
+        )
+
+    def jobs(self) -> list[str]:
+        """Names of the training jobs (driver actors) alive on the cluster."""
+        from ray.util import list_named_actors
+
+        names = list_named_actors(all_namespaces=True)
+        return sorted(
+            entry["name"][len(JOB_PREFIX) :]
+            for entry in names
+            if entry.get("namespace") == NAMESPACE and entry["name"].startswith(JOB_PREFIX)
+        )
+
+    def view(self) -> Any:
+        from rlfactory_nb.widgets.cluster import ClusterView
+
+        return ClusterView(self)
+
+    def shutdown(self) -> None:
+        """Disconnect; a local cluster started by this kernel stops, with its jobs."""
+        import ray
+
+        ray.shutdown()
+
+    def __repr__(self) -> str:
+        where = "local" if self.local else self.address
+        dashboard = f", dashboard {self.dashboard_url}" if self.dashboard_url else ""
+        return f"Cluster({where}{dashboard})"
+
+
+def _node(node: dict[str, Any]) -> NodeInfo:
+    resources = node.get("Resources", {})
+    return NodeInfo(
+        node_id=node.get("NodeID", ""),
+        address=node.get("NodeManagerAddress", ""),
+        alive=bool(node.get("Alive", False)),
+        cpus=resources.get("CPU", 0.0),
+        gpus=resources.get("GPU", 0.0),
+        memory_gb=resources.get("memory", 0.0) / _GIB,
+        object_store_gb=resources.get("object_store_memory", 0.0) / _GIB,
+    )
+
+
+def _set_token(token: str | None, token_path: str | Path | None) -> None:
+    """Hand a token to Ray through the environment it reads (this process and the ones it starts)."""
+    if token is not None:
+        os.environ["RAY_AUTH_TOKEN"] = token
+        os.environ["RAY_AUTH_MODE"] = "token"
+    elif token_path is not None:
+        path = Path(token_path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"Cluster.connect(token_path={str(token_path)!r}): no such file")
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _explain(error: Exception, address: str | None) -> Exception:
+    text = str(error)
+    if type(error).__name__ == "AuthenticationError" or "authentication" in text.lower() or "token" in text.lower():
+        return ConnectionError(
+            f"Ray at {address or 'local'} rejected the connection: it requires token authentication. Pass "
+            "Cluster.connect(address, token=...) or token_path=..., or put the token in ~/.ray/auth_token "
+            f"(on the head node: `ray get-auth-token`). Ray said: {text}"
+        )
+    if address is not None:
+        return ConnectionError(
+            f"cannot connect to Ray at {address!r}: {text}. Is a cluster running there (`ray status`)? "
+            "Use address=None to start a local one."
+        )
+    return RuntimeError(f"cannot start a local Ray: {text}")

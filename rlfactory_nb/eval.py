@@ -1,0 +1,277 @@
+"""`rf.evaluate`: how well a model (a checkpoint, a preset, or a loaded Policy) does on held-out prompts.
+
+One rollout per prompt at the run's temperature ("sampled") and one greedy (temperature 0), both
+scored by the run's reward function, with the same tools, parser and limits as training. Both are
+reported because they disagree on small models: right after a warm-start the greedy choice can be
+to never call the tool while a sampled rollout often does (see NOTES.md). The result is a plain
+record (`EvalReport`) with a per-sample table; `.view()` draws it and `.compare(base)` sets two
+reports side by side. `rlfactory-nb eval CONFIG --model PATH` is the same from a shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlfactory_nb._async import run_sync
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.engines.base import SamplingParams
+from rlfactory_nb.policy import Policy
+from rlfactory_nb.rewards.runner import RewardRunner
+from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.types import Sample, Trajectory
+
+MODES = ("sampled", "greedy")
+SUMMARY_KEYS = ("sampled_reward", "greedy_reward", "tool_call_rate", "tool_success_rate", "parse_errors_per_sample", "turns_mean")
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    index: int
+    question: str
+    ground_truth: Any
+    sampled_answer: str
+    sampled_reward: float
+    greedy_answer: str
+    greedy_reward: float
+    tool_calls: int
+    """calls made in the sampled rollout"""
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    label: str
+    sampled_reward: float
+    """mean reward of one sampled rollout per prompt"""
+    greedy_reward: float
+    """mean reward of the greedy rollout per prompt"""
+    tool_call_rate: float
+    """share of sampled rollouts with at least one tool call"""
+    tool_success_rate: float
+    """share of tool calls (sampled rollouts) that returned status ok; 0 when none were made"""
+    parse_errors_per_sample: float
+    turns_mean: float
+    rows: list[EvalRow]
+    trajectories: dict[str, list[Trajectory]] = field(default_factory=dict, repr=False, compare=False)
+
+    def summary(self) -> dict[str, float]:
+        return {key: getattr(self, key) for key in SUMMARY_KEYS}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, **self.summary(), "rows": [asdict(row) for row in self.rows]}
+
+    def compare(self, other: EvalReport) -> EvalComparison:
+        """`other` is the baseline: deltas are self minus other."""
+        return EvalComparison(self, other)
+
+    def view(self) -> Any:
+        return _view(self._repr_html_(), [self])
+
+    def _repr_html_(self) -> str:
+        return f"<div><b>{html.escape(self.label)}</b> on {len(self.rows)} prompts</div>{_summary_table([self])}{_rows_table(self.rows)}"
+
+
+@dataclass(frozen=True)
+class EvalComparison:
+    new: EvalReport
+    base: EvalReport
+
+    def deltas(self) -> dict[str, float]:
+        return {key: getattr(self.new, key) - getattr(self.base, key) for key in SUMMARY_KEYS}
+
+    def changed(self) -> list[tuple[EvalRow, EvalRow]]:
+        """Prompts (paired by position) whose sampled or greedy reward differs between the two."""
+        return [
+            (new, base)
+            for new, base in zip(self.new.rows, self.base.rows)
+            if (new.sampled_reward, new.greedy_reward) != (base.sampled_reward, base.greedy_reward)
+        ]
+
+    def view(self) -> Any:
+        return _view(self._repr_html_(), [self.base, self.new])
+
+    def _repr_html_(self) -> str:
+        deltas = "".join(f"<td>{value:+.3f}</td>" for value in self.deltas().values())
+        table = _summary_table([self.base, self.new]).replace("</table>", f"<tr><td><b>change</b></td>{deltas}</tr></table>")
+        return f"<div><b>{html.escape(self.new.label)}</b> vs <b>{html.escape(self.base.label)}</b>: {len(self.changed())} prompts changed</div>{table}"
+
+
+async def evaluate(
+    model: Policy | str | Path,
+    dataset: Sequence[dict[str, Any]] | str | None = None,
+    cfg: RunConfig | None = None,
+    *,
+    label: str | None = None,
+    limit: int | None = None,
+) -> EvalReport:
+    """Evaluate `model` (a Policy, a checkpoint folder, a preset name) on `dataset` (rows, a source
+    such as "synthetic:calculator-heldout", or None: cfg.data.eval) with cfg's tools, rollout and reward."""
+    cfg = cfg or RunConfig(name="eval")
+    policy = model if isinstance(model, Policy) else Policy.load(model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None)
+    rows = _rows(dataset, cfg, limit)
+    tools = await _start_tools(cfg)
+    engine = policy.engine(cfg.model.engine, seed=cfg.grpo.seed)
+    reward = RewardRunner.from_config(cfg.reward)
+    try:
+        trajectories = {}
+        for mode in MODES:
+            temperature = cfg.rollout.temperature if mode == "sampled" else 0.0
+            agent = _agent(cfg, policy, tools, engine, temperature)
+            groups = await rollout_groups(agent, rows, 1, cfg.rollout.max_in_flight)
+            trajectories[mode] = [group[0] for group in groups]
+        scores = {mode: [o.score for o in await reward.score([Sample.from_trajectory(t) for t in trajs])] for mode, trajs in trajectories.items()}
+    finally:
+        await engine.close()
+        if tools is not None:
+            await tools.stop()
+    return _report(label or _label(model), rows, trajectories, scores)
+
+
+def evaluate_sync(model: Policy | str | Path, dataset: Any = None, cfg: RunConfig | None = None, **options: Any) -> EvalReport:
+    return run_sync(evaluate(model, dataset, cfg, **options))
+
+
+def _rows(dataset: Sequence[dict[str, Any]] | str | None, cfg: RunConfig, limit: int | None) -> list[dict[str, Any]]:
+    from rlfactory_nb.train.data import load_rows
+
+    if dataset is None or isinstance(dataset, str):
+        size = limit if limit is not None else cfg.data.eval_size
+        return load_rows(dataset or cfg.data.eval, size)
+    return list(dataset)[:limit] if limit is not None else list(dataset)
+
+
+async def _start_tools(cfg: RunConfig) -> Any:
+    if cfg.tools.config is None:
+        return None
+    from rlfactory_nb.tools import ToolSet
+
+    settings = cfg.tools
+    tools = ToolSet.from_config(
+        settings.config, timeout_s=settings.timeout_s, max_concurrency=settings.max_concurrency,
+        max_result_chars=settings.max_result_chars, cache=settings.cache,
+    )
+    return await tools.start()
+
+
+def _agent(cfg: RunConfig, policy: Policy, tools: Any, engine: Any, temperature: float) -> Agent:
+    rollout = cfg.rollout
+    return Agent(
+        policy, tools, parser=rollout.parser, max_turns=rollout.max_turns, max_new_tokens=rollout.max_new_tokens,
+        max_total_tokens=rollout.max_total_tokens, engine=engine, drift="off",
+        sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
+    )
+
+
+def _label(model: Policy | str | Path) -> str:
+    if isinstance(model, Policy):
+        return model.name or str(model.path)
+    path = Path(model)
+    return f"{path.parent.parent.name}/{path.name}" if path.parent.name == "checkpoints" else str(model)
+
+
+def _report(label: str, rows: list[dict[str, Any]], trajectories: dict[str, list[Trajectory]], scores: dict[str, list[float]]) -> EvalReport:
+    sampled, greedy = trajectories["sampled"], trajectories["greedy"]
+    results = [r for t in sampled for r in t.tool_results()]
+    count = max(len(sampled), 1)
+    table = [
+        EvalRow(
+            index=i,
+            question=str(row["messages"][-1]["content"]),
+            ground_truth=row.get("ground_truth"),
+            sampled_answer=Sample.from_trajectory(s).final_answer,
+            sampled_reward=scores["sampled"][i],
+            greedy_answer=Sample.from_trajectory(g).final_answer,
+            greedy_reward=scores["greedy"][i],
+            tool_calls=len(s.tool_calls()),
+        )
+        for i, (row, s, g) in enumerate(zip(rows, sampled, greedy))
+    ]
+    return EvalReport(
+        label=label,
+        sampled_reward=sum(scores["sampled"]) / count,
+        greedy_reward=sum(scores["greedy"]) / count,
+        tool_call_rate=sum(1 for t in sampled if t.tool_calls()) / count,
+        tool_success_rate=sum(1 for r in results if r.ok) / len(results) if results else 0.0,
+        parse_errors_per_sample=sum(len(turn.parse_errors) for t in sampled for turn in t.turns) / count,
+        turns_mean=sum(t.num_turns for t in sampled) / count,
+        rows=table,
+        trajectories=trajectories,
+    )
+
+
+# ---------------------------------------------------------------------- drawing
+
+
+def _summary_table(reports: list[EvalReport]) -> str:
+    head = "<tr><th></th>" + "".join(f"<th>{key}</th>" for key in SUMMARY_KEYS) + "</tr>"
+    body = "".join(
+        f"<tr><td><b>{html.escape(r.label)}</b></td>" + "".join(f"<td>{v:.3f}</td>" for v in r.summary().values()) + "</tr>"
+        for r in reports
+    )
+    return f"<table class='rf-table rf-eval-summary'>{head}{body}</table>"
+
+
+def _rows_table(rows: list[EvalRow]) -> str:
+    columns = ["index", "question", "ground_truth", "sampled_answer", "sampled_reward", "greedy_answer", "greedy_reward", "tool_calls"]
+    head = "".join(f"<th>{c}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(getattr(row, c)))}</td>" for c in columns) + "</tr>" for row in rows
+    )
+    return f"<div style='max-height:300px;overflow:auto'><table class='rf-table'><tr>{head}</tr>{body}</table></div>"
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)[:60]
+
+
+def _view(text: str, reports: list[EvalReport]) -> Any:
+    import ipywidgets as widgets
+
+    from rlfactory_nb.widgets._base import StaticVBox, figure_html
+
+    figure = _summary_figure(reports)
+    return StaticVBox([widgets.HTML(text), figure], text + figure_html(figure))
+
+
+def _summary_figure(reports: list[EvalReport]) -> Any:
+    import plotly.graph_objects as go
+
+    keys = ["sampled_reward", "greedy_reward", "tool_call_rate", "tool_success_rate"]
+    figure = go.FigureWidget(layout={"barmode": "group", "height": 300, "title": "evaluation", "yaxis": {"range": [0, 1]}})
+    for report in reports:
+        figure.add_bar(x=keys, y=[getattr(report, key) for key in keys], name=report.label)
+    return figure
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `eval CONFIG [--model PATH] [--base MODEL] [key=value ...]` to an argparse subparsers object."""
+    command = subparsers.add_parser("eval", help="evaluate a checkpoint (and optionally a baseline) on held-out prompts")
+    command.add_argument("config", help="run config YAML (tools, rollout, reward, data.eval)")
+    command.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.eval_size=32")
+    command.add_argument("--model", default=None, help="checkpoint folder or preset (default: the config's model.name)")
+    command.add_argument("--base", default=None, help="a second model to compare against")
+    command.set_defaults(handler=run_eval_command)
+    return command
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    cfg = RunConfig.from_yaml(args.config, overrides=args.overrides)
+    report = evaluate_sync(args.model or cfg.model.name, None, cfg)
+    print(_text_summary(report))
+    if args.base:
+        base = evaluate_sync(args.base, None, cfg)
+        print(_text_summary(base))
+        print("change: " + ", ".join(f"{k} {v:+.3f}" for k, v in report.compare(base).deltas().items()))
+    return 0
+
+
+def _text_summary(report: EvalReport) -> str:
+    return f"{report.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in report.summary().items())

@@ -1,0 +1,96 @@
+"""Run the four notebooks headless with papermill: what `make demo` and the CI notebook test do.
+
+The notebooks execute in order in their own folder (as in JupyterLab), each with the parameters it
+declares picked out of one shared dict, so `steps` reaches 03 and `eval_size` 04. Notebook 03's run
+is written under `<out_dir>/runs/` and 04 evaluates it from there. Each executed notebook is saved
+next to an HTML export, and the paths are returned.
+
+    python -m rlfactory_nb.notebooks_run --out runs/demo steps=40 prompts_per_step=16 group_size=8
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NOTEBOOKS = ("01_setup_tools.ipynb", "02_reward_design.ipynb", "03_train_grpo.ipynb", "04_eval.ipynb")
+DEMO_PARAMETERS: dict[str, Any] = {"steps": 30, "prompts_per_step": 16, "group_size": 8, "eval_size": 32}
+"""what `make demo` trains with: enough steps for the tiny model's reward to rise (a few minutes)"""
+
+
+def notebooks_dir() -> Path:
+    from rlfactory_nb.examples import find_project
+
+    return find_project(f"notebooks/{NOTEBOOKS[0]}") / "notebooks"
+
+
+def run_notebooks(
+    out_dir: str | Path | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    notebooks: tuple[str, ...] = NOTEBOOKS,
+    html: bool = True,
+    timeout_s: int = 1800,
+) -> list[Path]:
+    """Execute `notebooks` in order into `out_dir` (default runs/<timestamp>); returns the executed paths.
+
+    A failing cell stops the sequence with papermill's error, which names the notebook and cell; the
+    partly executed notebook is still written, to read what happened."""
+    import papermill
+
+    out = Path(out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    shared = {"output_dir": str(out / "runs"), **(parameters or {})}
+    source = notebooks_dir()
+    executed = []
+    for name in notebooks:
+        accepted = papermill.inspect_notebook(str(source / name))
+        chosen = {key: value for key, value in shared.items() if key in accepted}
+        target = out / name
+        print(f"running {name} with {chosen}", flush=True)
+        started = time.perf_counter()
+        papermill.execute_notebook(
+            str(source / name), str(target), parameters=chosen, cwd=str(source),
+            kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
+        )
+        print(f"  done in {time.perf_counter() - started:.0f} s -> {target}", flush=True)
+        executed.append(target)
+        if html:
+            export_html(target)
+    return executed
+
+
+def export_html(notebook: Path) -> Path:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(notebook, as_version=4))
+    target = notebook.with_suffix(".html")
+    target.write_text(body, encoding="utf-8")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlfactory_nb.notebooks_run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=None, help="output folder (default runs/<timestamp>)")
+    parser.add_argument("--ci", action="store_true", help="the notebooks' own small defaults instead of the demo's")
+    parser.add_argument("parameters", nargs="*", help="notebook parameters as key=value (YAML values)")
+    args = parser.parse_args(argv)
+    parameters = {} if args.ci else dict(DEMO_PARAMETERS)
+    for item in args.parameters:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"parameter {item!r} must look like key=value")
+        parameters[key] = yaml.safe_load(value)
+    executed = run_notebooks(args.out, parameters)
+    print(f"\nexecuted notebooks (and .html exports) in {executed[0].parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

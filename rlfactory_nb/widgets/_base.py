@@ -1,0 +1,113 @@
+"""What every view shares: running a button's work without blocking the kernel, and a static snapshot.
+
+A click handler is a plain function called by ipywidgets on the kernel's event loop. Work that is a
+coroutine (a rollout turn, a tool call) must run on that same loop, because the ToolSet's server
+sessions live there: it becomes a task, and the handler returns at once. Anything the work raises is
+written into the view's Output area with its traceback, never swallowed by the comm machinery.
+
+`StaticFallback` gives every view an HTML rendering too, for notebooks saved without widget state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ipywidgets as widgets
+
+from rlfactory_nb._async import run_sync
+
+
+def error_area() -> widgets.Output:
+    """The Output widget a view shows callback errors in."""
+    return widgets.Output(layout=widgets.Layout(max_height="300px", overflow="auto"))
+
+
+def report_error(area: widgets.Output, error: BaseException) -> None:
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    area.append_stderr(text)
+
+
+def run_callback(area: widgets.Output, work: Callable[[], Any], done: Callable[[Any], None] | None = None) -> Any:
+    """Run `work()`; when it returns an awaitable, await it on the running loop (as a task) or, with no
+    loop running, to completion here. `done(result)` runs after success; errors go to `area`."""
+    try:
+        result = work()
+    except Exception as error:  # noqa: BLE001  (shown to the user in the view)
+        report_error(area, error)
+        return None
+    if not inspect.isawaitable(result):
+        return _finish(area, result, done)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        try:
+            return _finish(area, run_sync(_as_coroutine(result)), done)
+        except Exception as error:  # noqa: BLE001
+            report_error(area, error)
+            return None
+    task = loop.create_task(_as_coroutine(result))
+    task.add_done_callback(lambda finished: _settle(area, finished, done))
+    return task
+
+
+def _finish(area: widgets.Output, result: Any, done: Callable[[Any], None] | None) -> Any:
+    if done is not None:
+        try:
+            done(result)
+        except Exception as error:  # noqa: BLE001
+            report_error(area, error)
+    return result
+
+
+def _settle(area: widgets.Output, task: asyncio.Task, done: Callable[[Any], None] | None) -> None:
+    if task.cancelled():
+        area.append_stderr("cancelled\n")
+    elif task.exception() is not None:
+        report_error(area, task.exception())
+    else:
+        _finish(area, task.result(), done)
+
+
+async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+class StaticFallback:
+    """Adds a static HTML rendering next to the live widget in a view's display data.
+
+    JupyterLab shows the live widget; an executed notebook saved without widget state (papermill,
+    nbconvert's HTML export, GitHub) shows the HTML instead of "VBox(children=...)". The HTML is a
+    snapshot taken when the view is displayed."""
+
+    def static_html(self) -> str:
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+        try:
+            bundle["text/html"] = self.static_html()
+        except Exception as error:  # noqa: BLE001  (a snapshot must never break the live view)
+            bundle["text/html"] = f"<pre>{type(error).__name__}: {error}</pre>"
+        return bundle
+
+
+def figure_html(figure: Any) -> str:
+    """A plotly figure as an HTML fragment (plotly.js from its CDN)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(figure).to_html(full_html=False, include_plotlyjs="cdn")
+
+
+class StaticVBox(StaticFallback, widgets.VBox):
+    """A VBox with a fixed static rendering (for views built from finished results)."""
+
+    def __init__(self, children: list[Any], html: str):
+        super().__init__(children)
+        self._html = html
+
+    def static_html(self) -> str:
+        return self._html

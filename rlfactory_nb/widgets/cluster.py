@@ -1,0 +1,46 @@
+"""ClusterView (`cluster.view()`): nodes, CPUs, GPUs, memory, and the training jobs running."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+
+from rlfactory_nb.widgets._base import StaticFallback, error_area, run_callback
+
+
+def resources_html(cluster: Any) -> str:
+    resources = cluster.resources()
+    head = "<tr><th>node</th><th>alive</th><th>CPUs</th><th>GPUs</th><th>memory GB</th><th>object store GB</th></tr>"
+    rows = "".join(
+        f"<tr><td>{html.escape(n.address)}</td><td>{'yes' if n.alive else 'no'}</td><td>{n.cpus:g}</td>"
+        f"<td>{n.gpus:g}</td><td>{n.memory_gb:.1f}</td><td>{n.object_store_gb:.2f}</td></tr>"
+        for n in resources.nodes
+    )
+    jobs = cluster.jobs()
+    dashboard = f" &middot; Ray dashboard {html.escape(cluster.dashboard_url)}" if cluster.dashboard_url else ""
+    return (
+        f"<div><b>{html.escape(repr(cluster))}</b>: {resources.cpus:g} CPUs ({resources.available_cpus:g} free), "
+        f"{resources.gpus:g} GPUs ({resources.available_gpus:g} free){dashboard}</div>"
+        f"<table class='rf-table'>{head}{rows}</table>"
+        f"<div>training jobs: {html.escape(', '.join(jobs)) if jobs else 'none running'}</div>"
+    )
+
+
+class ClusterView(StaticFallback, widgets.VBox):
+    def __init__(self, cluster: Any):
+        self.cluster = cluster
+        self.summary = widgets.HTML()
+        self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
+        self.errors = error_area()
+        self.refresh_button.on_click(lambda _: run_callback(self.errors, self.refresh))
+        super().__init__([self.summary, self.refresh_button, self.errors])
+        self.add_class("rf-cluster-view")
+        self.refresh()
+
+    def static_html(self) -> str:
+        return self.summary.value
+
+    def refresh(self) -> None:
+        self.summary.value = resources_html(self.cluster)

@@ -1,0 +1,105 @@
+"""RolloutStepper: walk through one live rollout a turn at a time.
+
+"Next turn" runs one assistant turn and the tool calls it makes (`AgentSession.step`), "Run to end"
+finishes the trajectory, "Reset" starts a fresh one from the same prompt. The trajectory under the
+buttons is the same object `agent.rollout` would return, drawn by TrajectoryView after every turn.
+The async methods (`next_turn`, `run_to_end`) are the API; the buttons schedule them on the kernel's
+loop so the kernel stays responsive while the model generates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as widgets
+
+from rlfactory_nb.rollout.agent import Agent, AgentSession
+from rlfactory_nb.types import Message, Trajectory, Turn
+from rlfactory_nb.widgets._base import StaticFallback, error_area, run_callback
+from rlfactory_nb.widgets.trajectory import TrajectoryView
+
+
+def as_messages(prompt: str | Sequence[Message] | dict[str, Any]) -> list[Message]:
+    """A prompt given as text, as chat messages, or as a dataset row (`{"messages": ...}`)."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, dict):
+        return list(prompt["messages"])
+    return list(prompt)
+
+
+class RolloutStepper(StaticFallback, widgets.VBox):
+    def __init__(self, agent: Agent, prompt: str | Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None):
+        self.agent = agent
+        self.messages = as_messages(prompt)
+        self.metadata = dict(metadata or (prompt.get("metadata") if isinstance(prompt, dict) else None) or {})
+        if isinstance(prompt, dict) and "ground_truth" in prompt:
+            self.metadata.setdefault("ground_truth", prompt["ground_truth"])
+        self.next_button = widgets.Button(description="Next turn", icon="step-forward", button_style="primary")
+        self.run_button = widgets.Button(description="Run to end", icon="fast-forward")
+        self.reset_button = widgets.Button(description="Reset", icon="undo")
+        self.status = widgets.HTML()
+        self.errors = error_area()
+        self.next_button.on_click(lambda _: self._click(self.next_turn))
+        self.run_button.on_click(lambda _: self._click(self.run_to_end))
+        self.reset_button.on_click(lambda _: self._click(self.reset))
+        self.session: AgentSession = agent.start(self.messages, self.metadata)
+        self.view = TrajectoryView(self.session.trajectory, agent.tokenizer)
+        buttons = widgets.HBox([self.next_button, self.run_button, self.reset_button, self.status])
+        super().__init__([buttons, self.view, self.errors])
+        self.add_class("rf-rollout-stepper")
+        self._busy = False
+        self._refresh()
+
+    @property
+    def trajectory(self) -> Trajectory:
+        return self.session.trajectory
+
+    @property
+    def done(self) -> bool:
+        return self.session.done
+
+    async def next_turn(self) -> Turn | None:
+        """Run one more turn (generation + tool calls); returns it."""
+        turn = await self.session.step()
+        self._refresh()
+        return turn
+
+    async def run_to_end(self) -> Trajectory:
+        while not self.session.done:
+            await self.session.step()
+            self._refresh()
+        return self.trajectory
+
+    def reset(self) -> None:
+        """Start over from the prompt (a new sample)."""
+        self.session = self.agent.start(self.messages, self.metadata)
+        self.errors.clear_output()
+        self._refresh()
+
+    def static_html(self) -> str:
+        return f"<div>{self.status.value}</div>{self.view.static_html()}"
+
+    def _click(self, action: Any) -> None:
+        if self._busy:
+            return
+        self._set_busy(True)
+        outcome = run_callback(self.errors, action)
+        if isinstance(outcome, asyncio.Task):
+            outcome.add_done_callback(lambda _: self._set_busy(False))
+        else:
+            self._set_busy(False)
+
+    def _set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self._refresh()
+
+    def _refresh(self) -> None:
+        traj = self.trajectory
+        self.view.update(traj)
+        ended = self.session.done
+        self.next_button.disabled = self.run_button.disabled = ended or self._busy
+        state = "running..." if self._busy else (f"ended: {traj.finish_reason}" if ended else "ready")
+        self.status.value = f"&nbsp;turn {traj.num_turns} of at most {self.agent.max_turns} &middot; {state}"

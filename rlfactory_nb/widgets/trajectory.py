@@ -1,0 +1,163 @@
+"""TrajectoryView: one trajectory as the trainer sees it.
+
+Turns with their parsed calls (name, arguments, parse errors) and tool results (status, latency,
+cached), then the token strip: every response token, green where the loss mask is 1 (sampled by the
+policy, trained) and grey where it is 0 (template and tool tokens, masked); hovering a token shows
+its id and, for trained tokens, the engine's logprob. A toggle shows the drift check's verdict.
+
+The HTML builders are plain functions, so the same views render in tests, in exported HTML, and in
+the widget. `traj.view()` is `TrajectoryView(traj)`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+import ipywidgets as widgets
+
+from rlfactory_nb.rollout.display import MASKED_COLOR, TRAINED_COLOR
+from rlfactory_nb.types import Trajectory, Turn
+from rlfactory_nb.widgets._base import StaticFallback
+
+STATUS_COLORS = {"ok": "#1b7f3b", "error": "#b00020", "timeout": "#b35c00", "invalid_args": "#b00020", "unknown_tool": "#b00020"}
+_STYLE = f"""<style>
+.rf-strip {{ font-family: monospace; font-size: 90%; line-height: 1.7; white-space: pre-wrap; }}
+.rf-token {{ border-radius: 2px; padding: 0 1px; }}
+.rf-trained {{ background: {TRAINED_COLOR}; }}
+.rf-masked {{ background: {MASKED_COLOR}; color: #555; }}
+.rf-turn pre {{ margin: 2px 0; white-space: pre-wrap; }}
+.rf-table td, .rf-table th {{ padding: 2px 8px; text-align: left; }}
+</style>"""
+
+
+def tokenizer_of(traj: Trajectory) -> Any:
+    """The tokenizer of the agent that produced `traj`, when it is known (not for loaded files)."""
+    return getattr(traj, "_tokenizer", None)
+
+
+def summary_html(traj: Trajectory) -> str:
+    trained = sum(traj.loss_mask)
+    reward = traj.metadata.get("reward")
+    parts = [
+        f"<b>trajectory {html.escape(traj.id)}</b>",
+        f"{traj.num_turns} turn(s)",
+        f"finish: {html.escape(traj.finish_reason)}",
+        f"prompt {len(traj.prompt_ids)} tokens",
+        f"response {len(traj.response_ids)} tokens (trained {trained}, masked {len(traj.response_ids) - trained})",
+    ]
+    if reward is not None:
+        parts.append(f"reward {reward:.3f}")
+    if "ground_truth" in traj.metadata:
+        parts.append(f"ground truth {html.escape(str(traj.metadata['ground_truth']))}")
+    return " &middot; ".join(parts)
+
+
+def turn_html(index: int, turn: Turn) -> str:
+    rows = []
+    for call, result in zip(turn.calls, turn.results):
+        color = STATUS_COLORS.get(result.status, "#000")
+        rows.append(
+            f"<tr><td>call <code>{html.escape(call.name)}</code></td>"
+            f"<td><code>{html.escape(json.dumps(call.arguments, ensure_ascii=False))}</code></td>"
+            f"<td style='color:{color}'>{html.escape(result.status)}</td>"
+            f"<td><code>{html.escape(result.content[:300])}</code></td>"
+            f"<td>{result.latency_s * 1000:.0f} ms{' (cached)' if result.cached else ''}</td></tr>"
+        )
+    for call in turn.calls[len(turn.results) :]:
+        rows.append(f"<tr><td>call <code>{html.escape(call.name)}</code></td><td colspan=4>not run yet</td></tr>")
+    for error in turn.parse_errors:
+        rows.append(f"<tr><td style='color:#b00020'>parse error</td><td colspan=4>{html.escape(error.message)}</td></tr>")
+    table = f"<table class='rf-table'>{''.join(rows)}</table>" if rows else ""
+    return (
+        f"<div class='rf-turn'><b>assistant turn {index}</b> ({turn.num_tokens} tokens, "
+        f"{turn.generate_s:.2f} s generate, {turn.tools_s:.2f} s tools, {html.escape(turn.finish_reason)})"
+        f"<pre>{html.escape(turn.text)}</pre>{table}</div>"
+    )
+
+
+def prompt_html(traj: Trajectory) -> str:
+    lines = []
+    for message in traj.messages:
+        if message["role"] == "assistant":
+            break
+        lines.append(f"<div><b>{html.escape(message['role'])}</b>: {html.escape(str(message['content'])[:500])}</div>")
+    return "".join(lines)
+
+
+def token_strip_html(traj: Trajectory, tokenizer: Any = None) -> str:
+    """Response tokens as spans classed `rf-trained` / `rf-masked`; the title shows id and logprob."""
+    logprobs = iter(traj.logprobs)
+    spans = []
+    for token_id, mask in zip(traj.response_ids, traj.loss_mask):
+        text = tokenizer.decode([token_id]) if tokenizer is not None else f"[{token_id}]"
+        shown = html.escape(text).replace("\n", "↵\n")
+        if mask:
+            logprob = next(logprobs, None)
+            title = f"id {token_id}, trained" + (f", logprob {logprob:.3f}" if logprob is not None else "")
+        else:
+            title = f"id {token_id}, masked"
+        kind = "rf-trained" if mask else "rf-masked"
+        spans.append(f"<span class='rf-token {kind}' title='{title}'>{shown}</span>")
+    legend = (
+        "<div><span class='rf-token rf-trained'>trained (loss mask 1)</span> "
+        "<span class='rf-token rf-masked'>masked (loss mask 0)</span></div>"
+    )
+    return f"{legend}<div class='rf-strip'>{''.join(spans)}</div>"
+
+
+def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
+    """The drift check recorded at the end of the rollout (agent `drift="warn"` or `"strict"`)."""
+    position = traj.metadata.get("drift_position")
+    if position is None:
+        return "<div>drift check: not run (the agent had drift=\"off\", or the trajectory is still running)</div>"
+    if position < 0:
+        return "<div style='color:#1b7f3b'>drift check: the rollout ids equal a full chat-template render</div>"
+    ids = traj.prompt_ids + traj.response_ids
+    window = ids[max(0, position - 8) : position + 8]
+    context = tokenizer.decode(window) if tokenizer is not None else str(window)
+    where = "in the prompt" if position < len(traj.prompt_ids) else f"at response token {position - len(traj.prompt_ids)}"
+    return (
+        f"<div style='color:#b35c00'>drift check: the rollout ids differ from a full render at position "
+        f"{position} ({where}); rollout context <code>{html.escape(repr(context))}</code>. Training uses the "
+        "rollout ids as sampled.</div>"
+    )
+
+
+def view_html(traj: Trajectory, tokenizer: Any = None) -> str:
+    """The whole view as one HTML document fragment (also what the widget shows)."""
+    turns = "".join(turn_html(i, turn) for i, turn in enumerate(traj.turns, 1))
+    return f"{_STYLE}<div>{summary_html(traj)}</div>{prompt_html(traj)}{turns}{token_strip_html(traj, tokenizer)}"
+
+
+class TrajectoryView(StaticFallback, widgets.VBox):
+    """A widget over one trajectory; `update(traj)` redraws it (the stepper calls it after each turn)."""
+
+    def __init__(self, trajectory: Trajectory, tokenizer: Any = None):
+        self.tokenizer = tokenizer
+        self.summary = widgets.HTML()
+        self.turns = widgets.HTML()
+        self.strip = widgets.HTML()
+        self.drift_toggle = widgets.ToggleButton(value=False, description="Drift check", icon="search")
+        self.drift = widgets.HTML(layout=widgets.Layout(display="none"))
+        self.drift_toggle.observe(self._toggle_drift, names=["value"])
+        super().__init__([self.summary, self.turns, self.strip, widgets.HBox([self.drift_toggle]), self.drift])
+        self.add_class("rf-trajectory-view")
+        self.update(trajectory)
+
+    def update(self, trajectory: Trajectory) -> None:
+        self.trajectory = trajectory
+        tokenizer = self.tokenizer or tokenizer_of(trajectory)
+        turns = "".join(turn_html(i, turn) for i, turn in enumerate(trajectory.turns, 1))
+        self.summary.value = f"{_STYLE}<div>{summary_html(trajectory)}</div>"
+        self.turns.value = f"{_STYLE}{prompt_html(trajectory)}{turns}"
+        self.strip.value = f"{_STYLE}{token_strip_html(trajectory, tokenizer)}"
+        self.drift.value = drift_html(trajectory, tokenizer)
+
+    def static_html(self) -> str:
+        tokenizer = self.tokenizer or tokenizer_of(self.trajectory)
+        return view_html(self.trajectory, tokenizer) + drift_html(self.trajectory, tokenizer)
+
+    def _toggle_drift(self, change: dict[str, Any]) -> None:
+        self.drift.layout.display = "block" if change["new"] else "none"

@@ -1,0 +1,69 @@
+"""A real local Ray: connect with machine limits, launch a short job, watch, stop, attach again.
+
+Slow (Ray start is 10-40 s on 2 cores): one cluster for the module, tiny runs of the calculator preset.
+"""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from rlfactory_nb.cluster import Cluster, JobExistsError, TrainingJob, launch
+from rlfactory_nb.config import RunConfig
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = Cluster.connect(dashboard=False)
+    yield cluster
+    cluster.shutdown()
+
+
+def tiny_config(tmp_path, name, steps):
+    return RunConfig.from_yaml(
+        ROOT / "examples/calculator/config.yaml",
+        overrides={
+            "name": name, "output_dir": str(tmp_path), "tools.config": str(ROOT / "examples/calculator/tools.yaml"),
+            "grpo.steps": steps, "grpo.prompts_per_step": 2, "grpo.group_size": 2, "grpo.eval_every": 0,
+            "grpo.checkpoint_every": 0, "rollout.max_new_tokens": 24,
+        },
+    )
+
+
+def test_connect_fits_the_machine(cluster):
+    resources = cluster.resources()
+    assert resources.cpus >= 1 and len(resources.nodes) == 1 and resources.nodes[0].alive
+    assert 0.2 < resources.object_store_gb <= 8
+    assert Cluster.connect().address  # connecting again reuses the running cluster
+
+
+def test_launch_returns_at_once_then_trains_checkpoints_and_reattaches(cluster, tmp_path):
+    started = time.monotonic()
+    job = launch(tiny_config(tmp_path, "short", 2), cluster, linger_s=60)
+    assert time.monotonic() - started < 5 and job.status in ("pending", "starting", "running")
+    assert "short" in cluster.jobs()
+    with pytest.raises(JobExistsError):
+        launch(tiny_config(tmp_path, "short", 2), cluster)
+    assert job.wait(timeout_s=300) == "finished"
+    assert [row["step"] for row in job.metrics()] == [1, 2]
+    assert [path.name for path in job.checkpoints] == ["step_000002"]
+    assert len(job.latest_trajectories(3)) == 3 and "train short" in job.logs()
+    again = TrainingJob.attach("short", cluster, output_dir=tmp_path)
+    assert again.status == "finished" and again._actor is not None
+    offline = TrainingJob.attach("short", output_dir=tmp_path)
+    assert offline.metrics() == job.metrics()
+
+
+def test_stop_checkpoints_the_last_step_within_bounded_time(cluster, tmp_path):
+    job = launch(tiny_config(tmp_path, "long", 500), cluster, linger_s=60)
+    deadline = time.monotonic() + 300
+    while not job.metrics() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert job.stop(timeout_s=120) == "stopped"
+    step = job.info()["step"]
+    assert 1 <= step < 500 and job.checkpoints[-1].name == f"step_{step:06d}"
+    with pytest.raises(FileExistsError, match="resume=True"):
+        launch(tiny_config(tmp_path, "long", 500), cluster)

@@ -1,0 +1,32 @@
+"""The four notebooks as committed: no outputs, a papermill parameters cell, only the public API."""
+
+import json
+import re
+
+import pytest
+
+import rlfactory_nb as rf
+from rlfactory_nb.notebooks_run import NOTEBOOKS, notebooks_dir
+
+RF_NAME = re.compile(r"\brf\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def cells(name):
+    return json.loads((notebooks_dir() / name).read_text())["cells"]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_without_outputs_with_a_parameters_cell(name):
+    code = [cell for cell in cells(name) if cell["cell_type"] == "code"]
+    assert all(not cell["outputs"] and cell["execution_count"] is None for cell in code)
+    tagged = [cell for cell in code if "parameters" in cell["metadata"].get("tags", [])]
+    assert len(tagged) == 1 and "example = \"calculator\"" in "".join(tagged[0]["source"])
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_cells_use_only_the_public_api(name):
+    source = "\n".join("".join(cell["source"]) for cell in cells(name) if cell["cell_type"] == "code")
+    imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert imports == ["import rlfactory_nb as rf"]
+    used = set(RF_NAME.findall(source))
+    assert used - set(rf.__all__) == set(), f"{name} uses names missing from rlfactory_nb.__all__"

@@ -1,0 +1,75 @@
+"""RewardLab: scores side by side, GRPO advantages per group, and the warnings that matter."""
+
+import pytest
+import torch
+
+from rlfactory_nb.rewards import exact_match
+from rlfactory_nb.widgets.reward_lab import RewardLab
+
+from .conftest import CALL, scripted_agent
+
+ROWS = [
+    {"messages": [{"role": "user", "content": "What is 2+3?"}], "ground_truth": "5"},
+    {"messages": [{"role": "user", "content": "What is 4+4?"}], "ground_truth": "8"},
+]
+
+
+class Alternating:
+    """Replies that differ within a group: every other sample answers right, the others wrong."""
+
+    def __init__(self, tokenizer):
+        from rollout.scripted import ScriptedEngine
+
+        self.count = 0
+        self.right = ScriptedEngine(tokenizer, {"2+3": ["<answer>5</answer>"], "4+4": ["<answer>8</answer>"]})
+        self.wrong = ScriptedEngine(tokenizer, {"?": ["<answer>0</answer>"]})
+
+    async def generate(self, prompt_ids, sampling):
+        self.count += 1
+        return await (self.right if self.count % 2 else self.wrong).generate(prompt_ids, sampling)
+
+
+def constant(sample):
+    return 1.0
+
+
+async def test_scores_advantages_and_warnings(tokenizer, tools):
+    agent = scripted_agent(tokenizer, tools, {})
+    agent._engine = Alternating(tokenizer)
+    lab = RewardLab(agent, ROWS, rewards={"em": exact_match, "constant": constant}, group_size=4)
+    await lab.sample(n_prompts=2)
+    scores = lab.scores("em")
+    assert scores.shape == (2, 4) and scores.sum() == 4  # half right in every group
+    advantages = lab.advantages("em")
+    assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-5) and (advantages.abs() > 0.9).all()
+    assert lab.advantages("constant").abs().sum() == 0
+    warnings = lab.warnings()
+    assert any("'constant' is 1 for every sample" in w for w in warnings)
+    assert any("no tool call fired" in w for w in warnings)
+    assert not any("'em'" in w for w in warnings)
+    rows = lab.table()
+    assert len(rows) == 8 and {"em", "constant", "advantage", "answer", "ground_truth"} <= set(rows[0])
+
+
+async def test_rescore_uses_the_edited_function_on_the_same_rollouts(tokenizer, tools):
+    agent = scripted_agent(tokenizer, tools, {"+": [CALL.format(a=2, b=3), "<answer>5</answer>"]})
+    lab = RewardLab(agent, ROWS, rewards={"em": exact_match}, group_size=2)
+    await lab.sample(n_prompts=2)
+    view = lab.view()
+    rollouts = [traj.id for group in lab.groups for traj in group]
+    assert any("zero variance" in w for w in lab.warnings()) and not any("no tool call" in w for w in lab.warnings())
+
+    def em(sample):
+        raise KeyError("answer")
+
+    await lab.rescore(em=em)
+    assert [traj.id for group in lab.groups for traj in group] == rollouts
+    assert lab.scores("em").sum() == 0 and any("failed and scored 0" in w for w in lab.warnings())
+    assert "KeyError" in lab.table()[0]["errors"]
+    assert "failed and scored 0" in view.warnings.value  # open views redraw after a rescore
+    assert len(view.sample_choice.options) == 4 and "plotly" in view.static_html()
+
+
+def test_group_size_one_is_refused(tokenizer):
+    with pytest.raises(ValueError, match="group_size"):
+        RewardLab(scripted_agent(tokenizer, None, {}), ROWS, rewards=exact_match, group_size=1)

@@ -1,0 +1,46 @@
+"""TrajectoryView: the token strip marks exactly the loss mask, and the drift verdict is reported."""
+
+import re
+
+from rlfactory_nb.types import Trajectory
+from rlfactory_nb.widgets.trajectory import TrajectoryView, drift_html, token_strip_html
+
+from .conftest import CALL, scripted_agent
+
+
+async def rolled_out(tokenizer, tools):
+    agent = scripted_agent(tokenizer, tools, {"2+3": [CALL.format(a=2, b=3), "<answer>5</answer>"]})
+    return await agent.rollout([{"role": "user", "content": "What is 2+3?"}])
+
+
+async def test_token_strip_classes_follow_the_loss_mask(tokenizer, tools):
+    traj = await rolled_out(tokenizer, tools)
+    strip = token_strip_html(traj, tokenizer)
+    classes = re.findall(r"class='rf-token (rf-trained|rf-masked)' title='id (\d+)", strip)
+    assert [int(token) for _, token in classes] == traj.response_ids
+    assert [1 if kind == "rf-trained" else 0 for kind, _ in classes] == traj.loss_mask
+    assert 0 < sum(traj.loss_mask) < len(traj.loss_mask)  # tool tokens in between are masked
+    assert "logprob -0.500" in strip and "<tool_response>" not in strip  # escaped, never raw HTML
+
+
+async def test_view_decodes_with_the_agent_tokenizer_and_survives_a_json_round_trip(tokenizer, tools):
+    traj = await rolled_out(tokenizer, tools)
+    view = traj.view()
+    assert "&lt;|im_end|&gt;" in view.strip.value and "add" in view.turns.value and "ok" in view.turns.value
+    loaded = Trajectory.from_dict(traj.to_dict())
+    assert f">[{traj.response_ids[0]}]<" in TrajectoryView(loaded).strip.value  # no tokenizer known: ids shown
+    assert "&lt;|im_end|&gt;" in TrajectoryView(loaded, tokenizer).static_html()
+
+
+async def test_drift_toggle_and_verdicts(tokenizer, tools):
+    traj = await rolled_out(tokenizer, tools)
+    view = TrajectoryView(traj)
+    assert view.drift.layout.display == "none"
+    view.drift_toggle.value = True
+    assert view.drift.layout.display == "block"
+    traj.metadata["drift_position"] = -1
+    assert "equal a full chat-template render" in drift_html(traj)
+    traj.metadata["drift_position"] = len(traj.prompt_ids) + 3
+    assert "response token 3" in drift_html(traj, tokenizer)
+    del traj.metadata["drift_position"]
+    assert "not run" in drift_html(traj)
