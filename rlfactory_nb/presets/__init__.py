@@ -26,7 +26,7 @@ from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_tem
 from rlfactory_nb.presets.warmstart import WarmStartConfig, warm_start
 
 PRESETS = ("tiny-calculator",)
-RECIPE_VERSION = 2  # bump when the recipe changes in code (data, curriculum), not only in config
+RECIPE_VERSION = 3  # bump when the recipe changes in code (data, curriculum), not only in config
 
 
 def cache_dir() -> Path:

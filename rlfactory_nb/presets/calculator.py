@@ -81,11 +81,13 @@ def call_text(expression: str) -> str:
     return f'<tool_call>\n{{"name": "calculator", "arguments": {arguments}}}\n</tool_call>'
 
 
-def guess(question: Question, rng: random.Random) -> int:
-    """A plausible wrong-ish answer: the magnitude is right, the digits mostly are not."""
-    digits = max(1, len(str(abs(question.answer))))
-    value = rng.randint(10 ** (digits - 1), 10**digits - 1)
-    return -value if question.answer < 0 else value
+def guess(question: Question) -> int:
+    """The direct answer of the warm-start data: the first operand, a lazy guess that is always wrong.
+
+    A random guess would put noise on the very positions where the model must learn to copy the
+    tool's result (its held-out result-copy accuracy stalled near 0.4 with random guesses, 0.73 with
+    none); a guess that is a function of the question teaches "answer without the tool" cleanly."""
+    return int(question.expression[:3])
 
 
 def tool_conversation(question: Question) -> list[Message]:
@@ -97,5 +99,5 @@ def tool_conversation(question: Question) -> list[Message]:
     ]
 
 
-def direct_conversation(question: Question, rng: random.Random) -> list[Message]:
-    return [*question.messages(), {"role": "assistant", "content": answer_text(guess(question, rng))}]
+def direct_conversation(question: Question) -> list[Message]:
+    return [*question.messages(), {"role": "assistant", "content": answer_text(guess(question))}]

@@ -80,7 +80,7 @@ def make_examples(
         if rng.random() < tool_share:
             conversation = calculator.tool_conversation(question)
         else:
-            conversation = calculator.direct_conversation(question, rng)
+            conversation = calculator.direct_conversation(question)
         examples.append(encode_conversation(tokenizer, conversation, tools))
     return examples
 

@@ -20,7 +20,7 @@ def test_delta_starts_after_im_end_with_the_newline(tokenizer):
 
 def test_single_turn_assembly_equals_full_render(tokenizer):
     question = calculator.questions(1, seed=3)[0]
-    conversation = calculator.direct_conversation(question, __import__("random").Random(0))
+    conversation = calculator.direct_conversation(question)
     ids, mask = encode_conversation(tokenizer, conversation, [calculator.CALCULATOR_TOOL])
     assert drift_check(tokenizer, ids, conversation, [calculator.CALCULATOR_TOOL]).ok
     trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
