@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tiny_policy):
+    """A local Ray; the preset is built first (on a fresh machine a job would otherwise spend its
+    whole time limit building it inside the driver actor)."""
     cluster = Cluster.connect(dashboard=False)
     yield cluster
     cluster.shutdown()

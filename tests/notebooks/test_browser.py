@@ -33,7 +33,7 @@ def free_port():
 
 
 @pytest.fixture
-def jupyterlab(tmp_path):
+def jupyterlab(tmp_path, tiny_policy):  # the preset is built before the browser waits on it
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: run scripts/install_browser.sh (apt-get install chromium)")
     pytest.importorskip("playwright.sync_api", reason="the playwright package is missing: pip install -e .[dev]")
