@@ -200,6 +200,11 @@ class RayBackend:
         optimizer_state: dict[str, Any] | None = None,
         reference: torch.nn.Module | None = None,
     ):
+        if cfg.model.engine != "hf":
+            raise NotImplementedError(
+                f"model.engine={cfg.model.engine!r} with the Ray backend: Ray engine actors host the hf "
+                "engine only so far; use cluster.backend=local for vLLM (see docs/gpu.md)"
+            )
         ray = init_ray(cfg.cluster)
         cluster = cfg.cluster
         self.policy = policy
