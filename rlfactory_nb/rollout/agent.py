@@ -11,6 +11,7 @@ the loop adds (tool responses, the next assistant header) is a masked delta.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -180,12 +181,23 @@ class AgentSession:
         # Not a dataclass field (never serialized): lets `traj.view()` decode its token strip.
         self.trajectory._tokenizer = agent.tokenizer
         self.done = False
+        self._lock: asyncio.Lock | None = None
 
     async def step(self) -> Turn | None:
         """Generate the next assistant turn and answer its tool calls; None when the token budget was
-        already spent. Sets `done` (and the trajectory's finish_reason) when the trajectory has ended."""
-        if self.done:
-            raise RuntimeError(f"trajectory {self.trajectory.id} has ended ({self.trajectory.finish_reason})")
+        already spent. Sets `done` (and the trajectory's finish_reason) when the trajectory has ended.
+
+        A step on an ended trajectory returns None. Steps never overlap: a step requested while one runs (a second button click while a tool call
+        is in flight) waits for it. Overlapping, it would generate from ids that still lack the tool
+        response, which the real-browser test caught."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.done:
+                return None
+            return await self._step()
+
+    async def _step(self) -> Turn | None:
         agent, traj, progress = self.agent, self.trajectory, self._progress
         if traj.num_turns >= agent.max_turns:
             return self._finish("max_turns", None)

@@ -1,11 +1,13 @@
 """The agent loop: turn logic with a scripted engine and real MCP tools; masks on the real tiny model."""
 
+import asyncio
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from rlfactory_nb.presets import calculator
 from rlfactory_nb.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent, DriftError
 from rlfactory_nb.rollout.groups import rollout_groups
@@ -106,7 +108,7 @@ async def test_tiny_model_rollouts_have_exact_masks_and_forward_pass_logprobs(ti
     response_open, response_close = tokenizer.convert_tokens_to_ids(["<tool_response>", "</tool_response>"])
     async with ToolSet.from_config(CALCULATOR) as tools:
         agent = Agent(tiny_policy, tools, max_turns=3, max_new_tokens=48)
-        rows = [{"messages": [{"role": "user", "content": f"What is {a}*{a + 7}?"}]} for a in range(11, 19)]
+        rows = calculator.dataset("heldout", 8)
         groups = await rollout_groups(agent, rows, group_size=2)
         await agent.engine.close()
     trajectories = [t for g in groups for t in g]
@@ -124,3 +126,18 @@ async def test_tiny_model_rollouts_have_exact_masks_and_forward_pass_logprobs(ti
         logprobs = torch.log_softmax(logits.float(), -1).gather(1, ids[0, 1:, None])[:, 0]
         sampled = torch.tensor([0] * (len(traj.prompt_ids) - 1) + traj.loss_mask, dtype=torch.bool)
         assert torch.allclose(logprobs[sampled], torch.tensor(traj.logprobs), atol=1e-3)
+
+
+async def test_overlapping_steps_wait_for_each_other_so_tool_responses_are_never_skipped(tokenizer):
+    """Two clicks in a row (Next turn, then Run to end while the tool call is in flight)."""
+    replies = {"12*7": [CALL.format(name="calculator", args='{"expression": "12*7"}'), "<answer>84</answer>"]}
+    async with ToolSet.from_config(CALCULATOR) as tools:
+        session = agent_for(tokenizer, tools, replies).start([{"role": "user", "content": "What is 12*7?"}])
+        first = asyncio.ensure_future(session.step())
+        await asyncio.sleep(0)  # the first step is generating or calling the tool
+        traj = await session.run()
+        await first
+    masked = response_text(tokenizer, traj, 0)
+    assert "<tool_response>\n84\n</tool_response>" in masked
+    assert [t.text for t in traj.turns] == replies["12*7"]
+    assert await session.step() is None  # ended: nothing more to do
