@@ -31,7 +31,20 @@ def report_error(area: widgets.Output, error: BaseException) -> None:
     area.append_stderr(text)
 
 
-def run_callback(area: widgets.Output, work: Callable[[], Any], done: Callable[[Any], None] | None = None) -> Any:
+def home_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop a view is created on (the kernel's, in a notebook cell); None outside any loop."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def run_callback(
+    area: widgets.Output,
+    work: Callable[[], Any],
+    done: Callable[[Any], None] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Any:
     """Run `work()`; when it returns an awaitable, await it on the running loop (as a task) or, with no
     loop running, to completion here. `done(result)` runs after success; errors go to `area`."""
     try:
@@ -41,9 +54,15 @@ def run_callback(area: widgets.Output, work: Callable[[], Any], done: Callable[[
         return None
     if not inspect.isawaitable(result):
         return _finish(area, result, done)
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
+    current = home_loop()
+    if loop is not None and loop.is_running() and loop is not current:
+        # ipykernel 7 may deliver widget messages off the kernel's loop; the work must run on the
+        # loop that owns the tool sessions and the engine, where the view was created.
+        future = asyncio.run_coroutine_threadsafe(_as_coroutine(result), loop)
+        future.add_done_callback(lambda finished: _settle(area, finished, done))
+        return future
+    loop = current
+    if loop is None:
         try:
             return _finish(area, run_sync(_as_coroutine(result)), done)
         except Exception as error:  # noqa: BLE001

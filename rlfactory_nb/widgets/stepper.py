@@ -10,6 +10,7 @@ loop so the kernel stays responsive while the model generates.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import ipywidgets as widgets
 
 from rlfactory_nb.rollout.agent import Agent, AgentSession
 from rlfactory_nb.types import Message, Trajectory, Turn
-from rlfactory_nb.widgets._base import StaticFallback, error_area, run_callback
+from rlfactory_nb.widgets._base import StaticFallback, error_area, home_loop, run_callback
 from rlfactory_nb.widgets.trajectory import TrajectoryView
 
 
@@ -51,6 +52,7 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         super().__init__([buttons, self.view, self.errors])
         self.add_class("rf-rollout-stepper")
         self._busy = False
+        self._loop = home_loop()
         self._refresh()
 
     @property
@@ -86,8 +88,8 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         if self._busy:
             return
         self._set_busy(True)
-        outcome = run_callback(self.errors, action)
-        if isinstance(outcome, asyncio.Task):
+        outcome = run_callback(self.errors, action, loop=self._loop)
+        if isinstance(outcome, (asyncio.Future, concurrent.futures.Future)):
             outcome.add_done_callback(lambda _: self._set_busy(False))
         else:
             self._set_busy(False)
