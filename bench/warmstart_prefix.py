@@ -17,7 +17,12 @@ from transformers import Qwen3ForCausalLM
 
 from rlfactory_nb.presets import calculator, tiny_config
 from rlfactory_nb.presets.tokenizer import build_tokenizer
-from rlfactory_nb.presets.warmstart import WarmStartConfig, make_examples, prefix_shared_loss, shared_prefix_length
+from rlfactory_nb.presets.warmstart import (
+    WarmStartConfig,
+    make_examples,
+    prefix_shared_loss,
+    shared_prefix_length,
+)
 
 
 def full_sequence_loss(model, batch, pad_id):

@@ -13,9 +13,10 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 ToolStatus = Literal["ok", "error", "timeout", "invalid_args", "unknown_tool"]
 FinishReason = Literal["stop", "max_turns", "length", "error"]

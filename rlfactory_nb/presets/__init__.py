@@ -15,8 +15,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM

@@ -8,7 +8,8 @@ overlap with generation.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 

@@ -13,8 +13,9 @@ follows `<|im_end|>`, so this reads the delta off the template instead of hard-c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from rlfactory_nb.types import Message
 

@@ -23,7 +23,7 @@ def tokenizer():
 def test_renders_like_qwen3(tokenizer, case, generation_prompt, thinking):
     messages, tools = CASES[case]
     options = {} if thinking is None else {"enable_thinking": thinking}
-    render = lambda template: tokenizer.apply_chat_template(  # noqa: E731
+    render = lambda template: tokenizer.apply_chat_template(
         messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt, chat_template=template, **options
     )
     assert render(None) == render(REFERENCE.read_text())
