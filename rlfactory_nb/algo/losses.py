@@ -244,12 +244,11 @@ def grpo_loss(
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Token-mean within each sequence, then mean over the sequences that have sampled tokens."""
-    per_token, metrics = clipped_surrogate(logprobs, old_logprobs, advantages, mask, args)
-    per_token, tis = _weighted(per_token, old_logprobs, mask, args, rollout_logprobs)
+    per_token, metrics = _per_token_terms(logprobs, old_logprobs, advantages, mask, args, rollout_logprobs)
     per_sequence = masked_mean(per_token, mask, dim=-1)  # (B,)
     has_tokens = mask.bool().any(dim=-1)  # (B,): a sequence with nothing sampled has no loss to average
     loss = masked_mean(per_sequence, has_tokens)
-    return loss, {"loss": loss.item(), **metrics, **tis}
+    return loss, {"loss": loss.item(), **metrics}
 
 
 @register_loss("dapo")
@@ -262,10 +261,9 @@ def dapo_loss(
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """One mean over every sampled token of the batch (token-level policy gradient)."""
-    per_token, metrics = clipped_surrogate(logprobs, old_logprobs, advantages, mask, args)
-    per_token, tis = _weighted(per_token, old_logprobs, mask, args, rollout_logprobs)
+    per_token, metrics = _per_token_terms(logprobs, old_logprobs, advantages, mask, args, rollout_logprobs)
     loss = masked_mean(per_token, mask)
-    return loss, {"loss": loss.item(), **metrics, **tis}
+    return loss, {"loss": loss.item(), **metrics}
 
 
 @register_loss("dr_grpo")
@@ -278,13 +276,27 @@ def dr_grpo_loss(
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Sum over each sequence's tokens divided by the constant token budget, then mean over sequences."""
-    per_token, metrics = clipped_surrogate(logprobs, old_logprobs, advantages, mask, args)
-    per_token, tis = _weighted(per_token, old_logprobs, mask, args, rollout_logprobs)
+    per_token, metrics = _per_token_terms(logprobs, old_logprobs, advantages, mask, args, rollout_logprobs)
     budget = args.token_budget if args.token_budget is not None else mask.shape[-1]
     if budget <= 0:
         raise ValueError(f"LossArgs.token_budget must be a positive number of tokens, got {budget}")
     loss = (masked_sum(per_token, mask, dim=-1) / budget).mean()
-    return loss, {"loss": loss.item(), **metrics, **tis}
+    return loss, {"loss": loss.item(), **metrics}
+
+
+def _per_token_terms(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    args: LossArgs,
+    rollout_logprobs: Tensor | None,
+) -> tuple[Tensor, Metrics]:
+    """The clipped surrogate per token (B, T), importance-weighted against the rollout when given;
+    the losses differ only in how they reduce it."""
+    per_token, metrics = clipped_surrogate(logprobs, old_logprobs, advantages, mask, args)
+    per_token, tis = _weighted(per_token, old_logprobs, mask, args, rollout_logprobs)
+    return per_token, {**metrics, **tis}
 
 
 def _fill(x: Tensor, mask: Tensor) -> Tensor:

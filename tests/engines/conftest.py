@@ -11,28 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tiny_models import random_qwen3 as random_tiny_qwen3
+from transformers import Qwen3ForCausalLM
 
-from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer
+from rlfactory_nb.presets.tokenizer import build_tokenizer
 
 
 def tiny_qwen3(seed: int) -> Qwen3ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    return Qwen3ForCausalLM(config).float().eval()
+    return random_tiny_qwen3(seed, hidden=64, head_dim=32)
 
 
 @pytest.fixture(scope="session")

