@@ -42,6 +42,9 @@ class ModelConfig:
     """weights dtype; "auto" is float32 on CPU and bfloat16 on GPU"""
     device: str = "auto"
     """torch device for training and the hf engine; "auto" picks cuda when available"""
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """extra vLLM engine arguments, passed unchanged (e.g. gpu_memory_utilization: 0.4,
+    tensor_parallel_size: 2); ignored by the hf engine"""
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,14 @@ class ClusterConfig:
     gpus_per_worker: float = 0.0
     """GPUs per policy worker or engine (0 on CPU)"""
     colocate: bool = False
-    """share GPUs between engines and trainer (vLLM sleep/wake)"""
+    """engines and trainer time-share the GPUs: vLLM engines sleep (free their weights and KV cache)
+    during each update and wake for the next rollout; needs model.engine=vllm on GPUs"""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """how policy workers split the training: "ddp" a full copy each; "fsdp" weights, gradients and
+    optimizer state sharded over the workers (for models whose training state outgrows one GPU)"""
+    weight_sync: Literal["auto", "object_store", "broadcast"] = "auto"
+    """how new weights reach the engine actors: through the Ray object store, or a broadcast from
+    worker 0 in a process group with the engines (NCCL on GPU, gloo on CPU); "auto": broadcast on GPU"""
     object_store_memory_gb: float = 1.0
     """Ray object store size for a local cluster"""
     backend: Literal["auto", "local", "ray"] = "auto"

@@ -95,6 +95,7 @@ class HFEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
         self._closed = False
+        self._awake_device: torch.device | None = None  # set while asleep
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
@@ -119,6 +120,23 @@ class HFEngine:
         assert self._lock is not None
         async with self._lock:
             await self._in_worker(self._copy_weights, state_dict)
+
+    async def sleep(self) -> None:
+        """Move the weights to host memory (frees the GPU for a colocated update); `wake_up` undoes it."""
+        if self._awake_device is None:
+            self._awake_device = self.device
+            await self._move(torch.device("cpu"))
+
+    async def wake_up(self) -> None:
+        if self._awake_device is not None:
+            await self._move(self._awake_device)
+            self._awake_device = None
+
+    async def _move(self, device: torch.device) -> None:
+        self._ensure_worker()
+        assert self._lock is not None
+        async with self._lock:  # never in the middle of a batch
+            await self._in_worker(self.model.to, device)
 
     async def close(self) -> None:
         self._closed = True

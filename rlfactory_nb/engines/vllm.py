@@ -72,6 +72,27 @@ class WeightSyncExtension:
 
         named_tensors = list(load(bytes(payload)).items())
         self.reload_weights(weights_iterator=iter(named_tensors))  # type: ignore[attr-defined]
+        self._rlfactory_repack_tied_output()
+        return len(named_tensors)
+
+    def rlfactory_open_group(self, host: str, port: int, rank: int, world_size: int) -> None:
+        """Join the trainer's weight-broadcast group (see rlfactory_nb.train.weight_sync)."""
+        from rlfactory_nb.train.weight_sync import GroupAddress, open_group
+
+        device = self.device  # type: ignore[attr-defined]
+        self._rlfactory_group = open_group(GroupAddress(host, port, world_size), rank, device)
+
+    def rlfactory_receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]]) -> int:
+        """Load the weights broadcast by policy worker 0, tensor by tensor, in `specs` order."""
+        from rlfactory_nb.train.weight_sync import TensorSpec, receive
+
+        tensor_specs = [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in specs]
+        received = receive(self._rlfactory_group, tensor_specs, self.device)  # type: ignore[attr-defined]
+        self.reload_weights(weights_iterator=received)  # type: ignore[attr-defined]
+        self._rlfactory_repack_tied_output()
+        return len(tensor_specs)
+
+    def _rlfactory_repack_tied_output(self) -> None:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         lm_head = getattr(model, "lm_head", None)
         quant_method = getattr(lm_head, "quant_method", None)
@@ -79,7 +100,6 @@ class WeightSyncExtension:
             # Repack a tied output layer. Needed where the CPU kernel packs a copy of the weight
             # (AVX-512/AMX machines); harmless where oneDNN reads the live weight (AVX2).
             quant_method.process_weights_after_loading(lm_head)
-        return len(named_tensors)
 
 
 def serialize_weights(state_dict: Mapping[str, torch.Tensor]) -> bytes:
@@ -173,6 +193,25 @@ class VLLMEngine:
         payload = serialize_weights(state_dict)
         await self._engine.collective_rpc("rlfactory_load_weights", args=(payload,))
         await self._engine.reset_prefix_cache()
+
+    async def open_sync_group(self, address: Any, rank: int) -> None:
+        """Have the model worker join the trainer's weight-broadcast group (a `GroupAddress`)."""
+        await self._engine.collective_rpc(
+            "rlfactory_open_group", args=(address.host, address.port, rank, address.world_size)
+        )
+
+    async def receive_weights(self, specs: list[Any]) -> None:
+        """Take part in one broadcast of the weights described by `specs` (`TensorSpec`s)."""
+        plain = [(spec.name, list(spec.shape), spec.dtype) for spec in specs]  # RPC-safe
+        await self._engine.collective_rpc("rlfactory_receive_weights", args=(plain,))
+        await self._engine.reset_prefix_cache()
+
+    async def sleep(self) -> None:
+        """Free the weights and KV cache on the GPU while a colocated trainer updates (GPU only)."""
+        await self._engine.sleep(level=1)
+
+    async def wake_up(self) -> None:
+        await self._engine.wake_up()
 
     async def close(self) -> None:
         if not self._closed:

@@ -8,8 +8,9 @@ Accumulation weighs each micro-batch by its share of the mini-batch, so the accu
 exactly the gradient of the mini-batch loss: its share of tokens for token-mean losses (`dapo`), of
 sequences for the others (see `rlfactory_nb.algo.losses`). With several data-parallel ranks each rank
 takes a contiguous slice of every mini-batch; DDP averages gradients over ranks, so a rank scales its
-micro-batches by world_size to keep the sum right. A rank whose slice is empty still runs one forward
-and backward at weight 0, because DDP's gradient all-reduce needs every rank to take part.
+micro-batches by world_size to keep the sum right. Every rank runs the same number of micro-batches,
+padding with zero-weight ones where its slice is shorter: the gradient reduction (DDP) and the
+per-layer weight gathers (FSDP, see `rlfactory_nb.train.parallel`) need every rank to take part.
 
 The old logprobs are the rollout engine's. With `truncate_ratio` set they are recomputed by the trainer
 before the first pass, and the engine's enter as truncated importance weights (TIS).
@@ -18,6 +19,7 @@ before the first pass, and the engine's enter as truncated importance weights (T
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -26,6 +28,7 @@ from torch import Tensor
 
 from rlfactory_nb.algo.losses import LossArgs, get_loss, kl_penalty, masked_entropy, masked_mean
 from rlfactory_nb.train.batch import TrainBatch, micro_batches, token_logprobs
+from rlfactory_nb.train.parallel import gradient_sync
 
 TOKEN_MEAN_LOSSES = frozenset({"dapo"})
 """losses averaged over all tokens of a batch; the rest average over sequences"""
@@ -113,26 +116,29 @@ def _mini_batch_step(
     """One optimizer step on one mini-batch: accumulate over this rank's micro-batches, clip, step."""
     total = loss_weight(mini, settings.loss)
     mine = torch.tensor_split(torch.arange(mini.batch_size), world_size)[rank]  # this rank's rows
-    scale = float(world_size)
-    if mine.numel() == 0:  # take part in the all-reduce with a zero-weight row
-        mine, scale = torch.tensor([0]), 0.0
-    shard = take(mini, mine)
-    shard_rollout = rollout_logprobs[mine] if rollout_logprobs is not None else None
-    parts = list(_micro_slices(shard, settings.micro_batch_size))
+    shard = take(mini, mine if mine.numel() else torch.tensor([0]))
+    shard_rollout = None
+    if rollout_logprobs is not None:  # a rank with no rows of its own trains a zero-weight row
+        shard_rollout = rollout_logprobs[mine] if mine.numel() else torch.zeros_like(shard.old_logprobs)
+    parts = _micro_slices(shard, settings.micro_batch_size) if mine.numel() else []
+    longest_slice = math.ceil(mini.batch_size / world_size)
+    padding = math.ceil(longest_slice / settings.micro_batch_size) - len(parts)
+    # (rows, scale): world_size offsets the mean over ranks; padding rows take part at weight 0
+    work = [(rows, float(world_size)) for rows in parts] + [(torch.tensor([0]), 0.0)] * padding
     optimizer.zero_grad(set_to_none=True)
-    for index, rows in enumerate(parts):
+    for index, (rows, scale) in enumerate(work):
         micro = take(shard, rows)
         micro_rollout = (
             shard_rollout[rows][:, : micro.input_ids.shape[1]] if shard_rollout is not None else None
         )
-        last = index == len(parts) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
-        with sync:
+        with gradient_sync(model, enabled=index == len(work) - 1):
             share = loss_weight(micro, settings.loss) / max(total, 1.0)
             loss, metrics = micro_loss(model, micro, micro_rollout, settings, reference)
             (loss * share * scale).backward()
         tally.add(metrics, share * scale)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+    if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
+        grad_norm = grad_norm.full_tensor()
     optimizer.step()
     tally.add_step(float(grad_norm))
 
@@ -224,7 +230,8 @@ class _Tally:
         self.tokens = 0.0
 
     def add(self, metrics: dict[str, float], weight: float) -> None:
-        self.tokens += metrics.get("num_tokens", 0.0)
+        if weight:  # a zero-weight padding micro-batch trained no tokens
+            self.tokens += metrics.get("num_tokens", 0.0)
         for key, value in metrics.items():
             if key not in ("num_tokens", "num_sequences"):
                 self.sums[key] = self.sums.get(key, 0.0) + value * weight

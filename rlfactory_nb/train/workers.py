@@ -1,13 +1,18 @@
 """Training on Ray: policy workers in one torch.distributed group, and rollout engine actors.
 
     controller (the loop, tools, rewards)
-      |- PolicyWorker x num_workers   DDP over gloo (CPU) or NCCL (GPU); each trains on its slice of
-      |                               every mini-batch, gradients all-reduced, so weights stay equal
-      '- EngineActor x num_engines    an hf engine each; rollouts are spread over them round-robin
+      |- PolicyWorker x num_workers   one process group, gloo (CPU) or NCCL (GPU); DDP (a full copy
+      |                               each) or FSDP (sharded), see `rlfactory_nb.train.parallel`; each
+      |                               trains on its slice of every mini-batch
+      '- EngineActor x num_engines    an hf or vLLM engine each; rollouts are spread over them
 
-Weight sync: worker 0 puts its state dict in the Ray object store once, and every engine actor reads
-it from there; the weights never pass through the controller. On GPU a collective broadcast would
-be faster; the object store is the path that works everywhere.
+Weight sync, after each update (cluster.weight_sync):
+    object_store  worker 0 puts its full state dict in the Ray object store once and every engine
+                  reads it from there; the weights never pass through the controller. Works anywhere.
+    broadcast     worker 0 broadcasts each tensor to the engines in a process group of their own
+                  (NCCL on GPU: device to device, once), see `rlfactory_nb.train.weight_sync`.
+With cluster.colocate the engines sleep during the update (vLLM frees its weights and KV cache; an hf
+engine moves its model to host memory) and wake before the sync, so both can use the same GPUs.
 
 `RayBackend` has the contract of `rlfactory_nb.train.local.LocalBackend`, so `train/loop.py` runs the
 same with either. Ray is imported only here (and in `rlfactory_nb.cluster`), and only when used.
@@ -18,15 +23,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import socket
 from datetime import timedelta
 from typing import Any
 
 import torch
 
 from rlfactory_nb.engines.base import Generation, SamplingParams, stop_token_ids_from_tokenizer
+from rlfactory_nb.train import parallel, weight_sync
 from rlfactory_nb.train.batch import TrainBatch
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
+from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
 
 
 def init_ray(cluster: Any) -> Any:
@@ -68,25 +74,25 @@ def _worker_device() -> torch.device:
 
 
 class PolicyWorker:
-    """One rank: a copy of the policy, its optimizer, and (with kl_coef) the reference model."""
+    """One rank: its part of the policy, its optimizer, and (with kl_coef) the reference model."""
 
     def __init__(self, rank: int, world_size: int, cfg: Any, num_threads: int = 1):
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
+        self.strategy = cfg.cluster.strategy
         self.settings = UpdateSettings.from_config(cfg)
+        self.device = _worker_device()
         torch.set_num_threads(max(1, num_threads))
 
-    def rendezvous(self) -> str:
-        """An address on this worker's node for the process group (called on rank 0)."""
+    def rendezvous(self) -> tuple[str, int]:
+        """A free address on this worker's node for a process group (called on rank 0)."""
         import ray
 
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            port = probe.getsockname()[1]
-        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
+        host = ray.util.get_node_ip_address()
+        return host, weight_sync.free_port(host)
 
     def setup(
         self,
-        address: str,
+        address: tuple[str, int],
         model_config: Any,
         weights: dict[str, torch.Tensor],
         optimizer_state: dict[str, Any] | None,
@@ -95,29 +101,22 @@ class PolicyWorker:
         """Join the process group (blocks until every rank joins) and build the model and optimizer."""
         import torch.distributed as dist
 
-        device = _worker_device()
-        backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(
-            backend,
-            init_method=address,
+            "nccl" if self.device.type == "cuda" else "gloo",
+            init_method="tcp://{}:{}".format(*address),
             rank=self.rank,
             world_size=self.world_size,
             timeout=timedelta(minutes=5),
         )
-        self.module = _build_model(model_config, weights, device)
-        self.model: torch.nn.Module = self.module
-        if self.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            self.model = DistributedDataParallel(
-                self.module, device_ids=[0] if device.type == "cuda" else None
-            )
-        self.optimizer = make_optimizer(self.module, self.cfg)
+        module = _build_model(model_config, weights, self.device)
+        self.model = parallel.wrap(module, self.strategy, self.world_size, self.device)
+        self.optimizer = make_optimizer(self.model, self.cfg)  # after sharding: FSDP's DTensor params
         if optimizer_state is not None:
-            self.optimizer.load_state_dict(optimizer_state)
+            parallel.load_optimizer_state(self.model, self.optimizer, optimizer_state)
         self.reference = None
         if reference_weights is not None:
-            self.reference = _build_model(model_config, reference_weights, device).requires_grad_(False)
+            reference = _build_model(model_config, reference_weights, self.device).requires_grad_(False)
+            self.reference = parallel.shard_reference(reference, self.strategy)
 
     def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
         return policy_update(
@@ -125,10 +124,23 @@ class PolicyWorker:
         )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return _cpu_state(self.module)
+        """The full weights on CPU (every rank must call it under FSDP; rank 0 gets them)."""
+        return parallel.full_state_dict(self.model)
 
     def optimizer_state(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
+        """Plain torch layout (every rank must call it under FSDP; rank 0's is the whole state)."""
+        return parallel.optimizer_state(self.model, self.optimizer)
+
+    def open_sync_group(self, address: GroupAddress) -> None:
+        """Rank 0 joins the weight-broadcast group as its sender (rank 0 there too)."""
+        if self.rank == 0:
+            self.sync_group = weight_sync.open_group(address, 0, self.device)
+
+    def send_weights(self) -> None:
+        """Every rank gathers (a collective under FSDP); rank 0 broadcasts to the engines."""
+        full = parallel.full_state_dict(self.model, on_cpu=self.device.type == "cpu")
+        if self.rank == 0:
+            weight_sync.send(self.sync_group, full, self.device)
 
     def close(self) -> None:
         import torch.distributed as dist
@@ -138,27 +150,57 @@ class PolicyWorker:
 
 
 class EngineActor:
-    """Hosts an hf rollout engine over its own copy of the policy."""
+    """Hosts one rollout engine: `hf` over its own copy of the policy, or `vllm` over the policy folder."""
 
     def __init__(
         self,
-        model_config: Any,
-        weights: dict[str, torch.Tensor],
-        tokenizer: Any,
+        kind: str,
+        policy_files: dict[str, Any],
+        weights: dict[str, torch.Tensor] | None,
         seed: int,
         num_threads: int = 1,
     ):
-        from rlfactory_nb.engines.hf import HFEngine
-
         torch.set_num_threads(max(1, num_threads))
-        model = _build_model(model_config, weights, _worker_device())
-        self.engine = HFEngine(model, tokenizer, seed=seed, num_threads=max(1, num_threads))
+        self.kind = kind
+        self.device = _worker_device()
+        if kind == "hf":
+            from rlfactory_nb.engines.hf import HFEngine
+
+            model = _build_model(policy_files["config"], weights, self.device)
+            self.engine: Any = HFEngine(
+                model, policy_files["tokenizer"], seed=seed, num_threads=max(1, num_threads)
+            )
+        else:
+            from rlfactory_nb.engines.vllm import VLLMEngine
+
+            self.engine = VLLMEngine(
+                policy_files["path"], dtype=policy_files["dtype"], seed=seed, **policy_files["engine_args"]
+            )
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await self.engine.generate(prompt_ids, sampling)
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         await self.engine.update_weights(state_dict)
+
+    async def open_sync_group(self, address: GroupAddress, rank: int) -> None:
+        if self.kind == "vllm":  # vLLM's model worker process joins, not this actor
+            await self.engine.open_sync_group(address, rank)
+        else:
+            self.sync_group = await asyncio.to_thread(weight_sync.open_group, address, rank, self.device)
+
+    async def receive_weights(self, specs: list[TensorSpec]) -> None:
+        if self.kind == "vllm":
+            await self.engine.receive_weights(specs)
+        else:
+            received = weight_sync.receive(self.sync_group, specs, self.device)
+            await self.engine.update_weights(await asyncio.to_thread(dict, received))
+
+    async def sleep(self) -> None:
+        await self.engine.sleep()
+
+    async def wake_up(self) -> None:
+        await self.engine.wake_up()
 
     async def close(self) -> None:
         await self.engine.close()
@@ -184,14 +226,23 @@ class RayEngine:
         import ray
 
         reference = state_dict if isinstance(state_dict, ray.ObjectRef) else ray.put(state_dict)
-        await asyncio.gather(*(actor.update_weights.remote(reference) for actor in self.actors))
+        await self._all("update_weights", reference)
+
+    async def sleep(self) -> None:
+        await self._all("sleep")
+
+    async def wake_up(self) -> None:
+        await self._all("wake_up")
 
     async def close(self) -> None:
         await asyncio.gather(*(actor.close.remote() for actor in self.actors), return_exceptions=True)
 
+    async def _all(self, method: str, *args: Any) -> None:
+        await asyncio.gather(*(getattr(actor, method).remote(*args) for actor in self.actors))
+
 
 class RayBackend:
-    """`num_workers` PolicyWorkers (one DDP group) and `num_engines` EngineActors on Ray."""
+    """`num_workers` PolicyWorkers (one DDP or FSDP group) and `num_engines` EngineActors on Ray."""
 
     def __init__(
         self,
@@ -200,14 +251,10 @@ class RayBackend:
         optimizer_state: dict[str, Any] | None = None,
         reference: torch.nn.Module | None = None,
     ):
-        if cfg.model.engine != "hf":
-            raise NotImplementedError(
-                f"model.engine={cfg.model.engine!r} with the Ray backend: Ray engine actors host the hf "
-                "engine only so far; use cluster.backend=local for vLLM (see docs/gpu.md)"
-            )
         ray = init_ray(cfg.cluster)
-        cluster = cfg.cluster
+        cluster = self.cluster = cfg.cluster
         self.policy = policy
+        self._ray = ray
         threads = max(1, int(cluster.cpus_per_worker))
         resources = {"num_cpus": cluster.cpus_per_worker, "num_gpus": cluster.gpus_per_worker}
         weights = ray.put(_cpu_state(policy.model))
@@ -226,14 +273,21 @@ class RayBackend:
             ]
         )
         engine_class = ray.remote(EngineActor).options(**resources)
+        files = _policy_files(cfg, policy)
+        engine_weights = weights if cfg.model.engine == "hf" else None  # vLLM reads the folder
         engines = [
-            engine_class.remote(config, weights, policy.tokenizer, cfg.grpo.seed + index, threads)
+            engine_class.remote(cfg.model.engine, files, engine_weights, cfg.grpo.seed + index, threads)
             for index in range(cluster.num_engines)
         ]
         self.engine = RayEngine(engines, stop_token_ids_from_tokenizer(policy.tokenizer))
-        self._ray = ray
+        self.broadcast = cluster.weight_sync == "broadcast" or (
+            cluster.weight_sync == "auto" and cluster.gpus_per_worker > 0
+        )
+        self._specs: list[TensorSpec] | None = None
 
     async def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
+        if self.cluster.colocate:
+            await self.engine.sleep()  # the update gets the GPU memory the engines held
         shared = self._ray.put(batch)  # one copy in the object store, read by every worker
         per_rank = await asyncio.gather(*(worker.update.remote(shared, step) for worker in self.workers))
         merged = {key: sum(m[key] for m in per_rank) / len(per_rank) for key in per_rank[0]}
@@ -241,21 +295,60 @@ class RayBackend:
         return merged
 
     async def sync_weights(self) -> None:
-        await self.engine.update_weights(self.workers[0].state_dict.remote())
+        if self.cluster.colocate:
+            await self.engine.wake_up()
+        if self.broadcast:
+            await self._broadcast_weights()
+            return
+        states = [worker.state_dict.remote() for worker in self.workers]  # all take part under FSDP
+        await asyncio.gather(self.engine.update_weights(states[0]), *states[1:])
+
+    async def _broadcast_weights(self) -> None:
+        if self._specs is None:  # once: the group, and the tensor list every receiver allocates from
+            self._specs = weight_sync.specs_of(await self._rank0("state_dict"))
+            host, port = await self.workers[0].rendezvous.remote()
+            address = GroupAddress(host, port, world_size=1 + len(self.engine.actors))
+            await asyncio.gather(
+                *(worker.open_sync_group.remote(address) for worker in self.workers),
+                *(actor.open_sync_group.remote(address, 1 + i) for i, actor in enumerate(self.engine.actors)),
+            )
+        await asyncio.gather(
+            *(worker.send_weights.remote() for worker in self.workers),
+            *(actor.receive_weights.remote(self._specs) for actor in self.engine.actors),
+        )
 
     async def worker_states(self) -> list[dict[str, torch.Tensor]]:
-        """Every worker's weights (for checks that the ranks agree)."""
+        """Every worker's full weights (under FSDP only rank 0's is filled)."""
         return list(await asyncio.gather(*(worker.state_dict.remote() for worker in self.workers)))
 
     async def checkpoint_model(self) -> torch.nn.Module:
-        self.policy.model.load_state_dict(await self.workers[0].state_dict.remote())
+        self.policy.model.load_state_dict(await self._rank0("state_dict"))
         return self.policy.model
 
     async def optimizer_state(self) -> dict[str, Any]:
-        return await self.workers[0].optimizer_state.remote()
+        return await self._rank0("optimizer_state")
+
+    async def _rank0(self, method: str) -> Any:
+        """Call `method` on every worker (a collective under FSDP) and return rank 0's result."""
+        results = await asyncio.gather(*(getattr(worker, method).remote() for worker in self.workers))
+        return results[0]
 
     async def close(self) -> None:
         await self.engine.close()
         await asyncio.gather(*(worker.close.remote() for worker in self.workers), return_exceptions=True)
         for actor in [*self.workers, *self.engine.actors]:
             self._ray.kill(actor)
+
+
+def _policy_files(cfg: Any, policy: Any) -> dict[str, Any]:
+    """What an engine actor builds its engine from, besides the weights: the hf engine the model
+    config and tokenizer; vLLM the policy folder, which every node must be able to read (a shared file system,
+    or a hub id every node can download)."""
+    dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.")
+    return {
+        "config": policy.model.config,
+        "tokenizer": policy.tokenizer,
+        "path": str(policy.path),
+        "dtype": dtype,  # vLLM's logprobs are the PPO ratio's old logprobs: the trainer's precision
+        "engine_args": dict(cfg.model.engine_args),
+    }

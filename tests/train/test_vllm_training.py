@@ -106,3 +106,37 @@ async def test_vllm_engine_samples_from_the_updated_policy(vllm_model_dir, tmp_p
         assert worst_gap(generation.logprobs, stale) > 10 * tolerance, "the update did not change the policy"
     finally:
         await trainer.close()
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("weight_sync", ["broadcast", "object_store"])
+async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(vllm_model_dir, tmp_path, weight_sync):
+    """The Ray backend: a policy worker and a vLLM engine actor; the new weights reach vLLM's model
+    worker by a gloo broadcast from the policy worker, or through the object store."""
+    ray = pytest.importorskip("ray")
+    base = vllm_config(vllm_model_dir, tmp_path)
+    cfg = base.replace(
+        {
+            "cluster.backend": "ray",
+            "cluster.weight_sync": weight_sync,
+            "cluster.cpus_per_worker": 1,
+            "cluster.object_store_memory_gb": 0.3,
+        }
+    )
+    trainer = await Trainer(cfg).start()
+    try:
+        start_model = copy.deepcopy(trainer.policy.model).eval()
+        await trainer.step_once()
+        model = (await trainer.backend.checkpoint_model()).eval()  # the worker's trained weights
+        prompt = trainer.policy.tokenizer.encode("What is 12 * 7? Use the calculator.")
+        generation = await trainer.backend.engine.generate(
+            prompt, SamplingParams(temperature=1.0, max_new_tokens=12, seed=7)
+        )
+        tolerance = TOLERANCE[next(model.parameters()).dtype]
+        gap = worst_gap(generation.logprobs, forward_logprobs(model, prompt, generation.token_ids))
+        assert gap < tolerance, f"vLLM logprobs differ from the trained weights' by {gap:.2e}"
+        stale = forward_logprobs(start_model, prompt, generation.token_ids)
+        assert worst_gap(generation.logprobs, stale) > 10 * tolerance, "the update did not change the policy"
+    finally:
+        await trainer.close()
+        ray.shutdown()

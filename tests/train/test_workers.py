@@ -1,4 +1,4 @@
-"""Training on a local Ray: two policy workers (DDP over gloo) and one hf engine actor."""
+"""Training on a local Ray: two policy workers (DDP or FSDP over gloo) and hf engine actors."""
 
 import time
 
@@ -22,10 +22,12 @@ def model_with(state):
     return model
 
 
-async def test_ddp_workers_stay_identical_and_the_engine_matches_after_sync(make_cfg):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+async def test_data_parallel_workers_update_like_one_process_and_the_engine_follows(make_cfg, strategy):
     ray = pytest.importorskip("ray")
     started = time.perf_counter()
     cfg = make_cfg(
+        cluster__strategy=strategy,
         grpo__steps=2,
         grpo__mini_batch_size=6,
         grpo__micro_batch_size=2,
@@ -40,8 +42,9 @@ async def test_ddp_workers_stay_identical_and_the_engine_matches_after_sync(make
         rows = [await trainer.step_once() for _ in range(2)]
         assert sum(row.get("train/optimizer_steps", 0) for row in rows) > 0
         first, second = await trainer.backend.worker_states()
-        for name, tensor in first.items():
-            assert torch.equal(tensor, second[name]), f"workers disagree on {name}"
+        if strategy == "ddp":  # full copies stay equal; under FSDP rank 0 alone gathers the weights
+            for name, tensor in first.items():
+                assert torch.equal(tensor, second[name]), f"workers disagree on {name}"
         assert any(not torch.equal(first[name], initial[name]) for name in first), "no update happened"
 
         # the engine actor generates with the trained weights: its logprobs equal a trainer forward pass
@@ -55,7 +58,7 @@ async def test_ddp_workers_stay_identical_and_the_engine_matches_after_sync(make
         # one data-parallel update equals the same update in one process (gradient weighting is exact)
         optimizer_state = await trainer.backend.optimizer_state()
         await trainer.backend.update(hand_batch(), step=99)
-        after, _ = await trainer.backend.worker_states()
+        after = (await trainer.backend.worker_states())[0]
         local = model_with(first)
         optimizer = make_optimizer(local, cfg)
         optimizer.load_state_dict(optimizer_state)
@@ -66,3 +69,39 @@ async def test_ddp_workers_stay_identical_and_the_engine_matches_after_sync(make
         await trainer.close()
         ray.shutdown()
     assert time.perf_counter() - started < 90
+
+
+async def test_broadcast_weight_sync_reaches_every_engine_and_colocated_engines_wake(make_cfg):
+    """weight_sync=broadcast: worker 0 sends over a gloo group to two engine actors, which sleep
+    during the update (colocate) and must generate from the new weights after the sync."""
+    ray = pytest.importorskip("ray")
+    cfg = make_cfg(
+        grpo__steps=1,
+        cluster__backend="ray",
+        cluster__num_workers=1,
+        cluster__num_engines=2,
+        cluster__weight_sync="broadcast",
+        cluster__colocate=True,
+        cluster__cpus_per_worker=0.5,
+        cluster__object_store_memory_gb=0.3,
+    )
+    trainer = await Trainer(cfg).start()
+    try:
+        initial = model_with(trainer.policy.model.state_dict())
+        for _ in range(2):  # the group is opened on the first sync and reused on the second
+            await trainer.step_once()
+        trained = model_with((await trainer.backend.worker_states())[0])
+        prompt = trainer.policy.tokenizer.encode("What is 12*7?")
+        sampling = SamplingParams(max_new_tokens=8, seed=1)
+        for actor in trainer.backend.engine.actors:
+            generation = await actor.generate.remote(prompt, sampling)
+            ids = torch.tensor([prompt + generation.token_ids])
+            with torch.no_grad():
+                expected = token_logprobs(trained(input_ids=ids).logits, ids)[0, len(prompt) :]
+                stale = token_logprobs(initial(input_ids=ids).logits, ids)[0, len(prompt) :]
+            engine_logprobs = torch.tensor(generation.logprobs)
+            assert torch.allclose(engine_logprobs, expected, atol=1e-4)
+            assert not torch.allclose(engine_logprobs, stale, atol=1e-3), "the engine kept old weights"
+    finally:
+        await trainer.close()
+        ray.shutdown()
