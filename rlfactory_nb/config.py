@@ -158,6 +158,8 @@ class ClusterConfig:
     """CPUs reserved per policy worker or engine"""
     gpus_per_worker: float = 0.0
     """GPUs per policy worker or engine (0 on CPU)"""
+    num_gpus: int = 0
+    """GPUs to use in all, a shorthand for the three keys above (see `ClusterConfig.layout`)"""
     colocate: bool = False
     """engines and trainer time-share the GPUs: vLLM engines sleep (free their weights and KV cache)
     during each update and wake for the next rollout; needs model.engine=vllm on GPUs"""
@@ -171,7 +173,29 @@ class ClusterConfig:
     """Ray object store size for a local cluster"""
     backend: Literal["auto", "local", "ray"] = "auto"
     """"local": trainer and engine in this process, no Ray (for debugging); "ray": policy workers and
-    engine actors on Ray; "auto": Ray when num_workers or num_engines > 1 or an address is given"""
+    engine actors on Ray; "auto": Ray when num_workers, num_engines or num_gpus > 1 or an address is
+    given"""
+
+    def layout(self) -> ClusterConfig:
+        """The cluster with `num_gpus` spelled out: half the GPUs train and half generate, one each
+        (an odd GPU goes to training); with `colocate`, or a single GPU, a worker and an engine share
+        each GPU (0.5 each, the engine sleeping during updates). Without num_gpus: unchanged.
+
+        >>> c = ClusterConfig(num_gpus=8).layout()
+        >>> c.num_workers, c.num_engines, c.gpus_per_worker, c.colocate
+        (4, 4, 1.0, False)
+        >>> c = ClusterConfig(num_gpus=1).layout()
+        >>> c.num_workers, c.num_engines, c.gpus_per_worker, c.colocate
+        (1, 1, 0.5, True)
+        """
+        if self.num_gpus <= 0:
+            return self
+        if self.colocate or self.num_gpus == 1:
+            shape = {"num_workers": self.num_gpus, "num_engines": self.num_gpus, "gpus_per_worker": 0.5}
+            return dataclasses.replace(self, colocate=True, **shape)
+        engines = self.num_gpus // 2
+        shape = {"num_workers": self.num_gpus - engines, "num_engines": engines, "gpus_per_worker": 1.0}
+        return dataclasses.replace(self, **shape)
 
 
 @dataclass(frozen=True)
@@ -233,10 +257,20 @@ class RunConfig:
         return RunConfig.from_dict(self.to_dict(), overrides)
 
 
+SHORTHANDS = {"model": "model.name", "engine": "model.engine"}
+"""override keys that stand for a longer path when given a plain value: `model=Qwen/Qwen3-4B engine=vllm`"""
+
+
 def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | list[str]) -> dict[str, Any]:
-    """Set dotted keys (`grpo.lr`) in nested dicts; string values are parsed as YAML scalars."""
+    """Set dotted keys (`grpo.lr`) in nested dicts; string values are parsed as YAML scalars.
+
+    >>> apply_overrides({"grpo": {"lr": 0.1}}, ["grpo.lr=0.5", "model=Qwen/Qwen3-4B", "engine=vllm"])
+    {'grpo': {'lr': 0.5}, 'model': {'name': 'Qwen/Qwen3-4B', 'engine': 'vllm'}}
+    """
     pairs = _override_pairs(overrides)
     for dotted, value in pairs:
+        if dotted in SHORTHANDS and not isinstance(value, Mapping):
+            dotted = SHORTHANDS[dotted]
         node = data
         *parents, leaf = dotted.split(".")
         for part in parents:

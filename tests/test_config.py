@@ -10,7 +10,9 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator" / "con
 
 
 def test_example_loads_and_overrides_apply():
-    cfg = RunConfig.from_yaml(EXAMPLE, overrides=["grpo.lr=1e-6", "rollout.max_turns=2", "cluster.address=auto"])
+    cfg = RunConfig.from_yaml(
+        EXAMPLE, overrides=["grpo.lr=1e-6", "rollout.max_turns=2", "cluster.address=auto"]
+    )
     assert cfg.grpo.lr == 1e-6 and cfg.rollout.max_turns == 2 and cfg.cluster.address == "auto"
     assert cfg.grpo.group_size == 8  # untouched values keep the file's
     assert cfg.run_dir == Path("runs/tiny-calculator")
@@ -41,7 +43,9 @@ def test_wrong_type_and_bad_choice_and_missing_field_are_all_reported_at_once():
         RunConfig.from_dict({"grpo": {"steps": "many", "loss": "grpo"}, "model": {"engine": "vlm"}})
     problems = raised.value.problems
     assert any(p.startswith("grpo.steps: expected int") for p in problems)
-    assert any(p.startswith("model.engine: 'vlm' is not one of") and "did you mean 'vllm'" in p for p in problems)
+    assert any(
+        p.startswith("model.engine: 'vlm' is not one of") and "did you mean 'vllm'" in p for p in problems
+    )
     assert "name: required field is missing" in problems
     assert len(problems) == 3
 
@@ -61,3 +65,17 @@ def test_malformed_override_explains_the_syntax():
 def test_configs_are_frozen():
     with pytest.raises(AttributeError):
         GRPOConfig().lr = 1.0  # type: ignore[misc]
+
+
+def test_documented_multi_gpu_command_resolves_to_four_workers_and_four_vllm_engines(capsys):
+    from rlfactory_nb.train.cli import main
+
+    overrides = ["cluster.num_gpus=8", "engine=vllm", "model=Qwen/Qwen3-4B", "cluster.strategy=fsdp"]
+    assert main(["train", str(EXAMPLE), *overrides, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "name: Qwen/Qwen3-4B" in printed and "engine: vllm" in printed
+    assert "4 policy worker(s) (fsdp), 4 vllm engine(s), 1 GPU each" in printed
+    cfg = RunConfig.from_yaml(EXAMPLE, overrides=overrides)
+    assert cfg.cluster.layout().num_workers + cfg.cluster.layout().num_engines == 8
+    one = cfg.replace(["cluster.num_gpus=1"]).cluster.layout()
+    assert (one.num_workers, one.num_engines, one.gpus_per_worker, one.colocate) == (1, 1, 0.5, True)

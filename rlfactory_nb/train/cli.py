@@ -21,6 +21,11 @@ def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", action="store_true", help="continue runs/<name> from its latest checkpoint"
     )
+    train.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config and cluster layout, then exit without starting anything",
+    )
     train.set_defaults(handler=run_train_command)
     return train
 
@@ -32,6 +37,9 @@ def run_train_command(args: argparse.Namespace) -> int:
     from rlfactory_nb.train.loop import train_sync
 
     cfg = RunConfig.from_yaml(args.config, overrides=args.overrides)
+    if args.dry_run:
+        print(describe(cfg))
+        return 0
     try:
         result = train_sync(cfg, resume=args.resume)
     except (FileExistsError, DatasetError, CheckpointError) as error:
@@ -44,6 +52,17 @@ def run_train_command(args: argparse.Namespace) -> int:
         + (f", checkpoint {result.checkpoint}" if result.checkpoint else "")
     )
     return 0
+
+
+def describe(cfg: RunConfig) -> str:
+    """The config as YAML, then where everything would run."""
+    cluster = cfg.cluster.layout()
+    where = (
+        f"# cluster: {cluster.num_workers} policy worker(s) ({cluster.strategy}), "
+        f"{cluster.num_engines} {cfg.model.engine} engine(s), {cluster.gpus_per_worker:g} GPU each"
+        + (", colocated (engines sleep during updates)" if cluster.colocate else "")
+    )
+    return cfg.to_yaml() + where
 
 
 def main(argv: list[str] | None = None) -> int:

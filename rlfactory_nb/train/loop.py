@@ -11,6 +11,11 @@ Where the update and the engines run is the backend's business (`LocalBackend`: 
 Resume: with `resume=True` the run restarts from `runs/<name>/checkpoints/latest`: weights, optimizer,
 RNG states and step. Prompts for step k are a function of (seed, k), and metric rows written after
 the checkpoint by the interrupted run are dropped, so no step is lost or repeated.
+
+Failures: everything a config can get wrong (datasets, reward function, tools file) is loaded before
+the backend starts any worker. A backend that fails mid-step (a policy worker or engine actor died)
+raises `StepFailed`, naming the step, the phase, the dead actor when Ray says which, and the
+checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -48,6 +53,11 @@ from rlfactory_nb.train.metrics import (
 from rlfactory_nb.types import Sample, Trajectory, save_jsonl
 
 StepCallback = Callable[[dict[str, Any]], Any]
+T = TypeVar("T")
+
+
+class StepFailed(RuntimeError):
+    """The backend failed during a step (e.g. a worker process died); the message says how to resume."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,10 @@ class Trainer:
     async def start(self, resume: bool = False) -> Trainer:
         cfg = self.cfg
         checkpoint = self._resume_point(resume)
+        # Data first: a wrong path must fail before the backend starts Ray workers.
+        self.train_rows = load_rows(cfg.data.train)
+        self.eval_rows = load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else []
+        self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
         optimizer_state = None
         if checkpoint is not None:
             state = checkpoint.trainer_state()
@@ -95,9 +109,6 @@ class Trainer:
         self.tools = await self._start_tools()
         self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint))
         self.agent = self._agent(cfg.rollout.temperature)
-        self.train_rows = load_rows(cfg.data.train)
-        self.eval_rows = load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else []
-        self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
         return self
 
     def _resume_point(self, resume: bool) -> ckpt.Checkpoint | None:
@@ -171,10 +182,11 @@ class Trainer:
         with timer("update"):
             if trained:
                 batch = build_batch(trained, advantages, self.policy.tokenizer.pad_token_id)
-                train_metrics = await self.backend.update(batch, step)
+                update = self.backend.update(batch, step)
+                train_metrics = await self._on_backend(step, "the policy update", update)
         with timer("sync"):
             if trained:
-                await self.backend.sync_weights()
+                await self._on_backend(step, "the weight sync", self.backend.sync_weights())
         self.step = step
         self._save_trajectories(groups, outcomes, step)
         row = {
@@ -194,6 +206,21 @@ class Trainer:
         row["throughput/sampled_tokens_per_s"] = _sampled(groups) / max(row["time/rollout_s"], 1e-9)
         row["time/step_s"] = time.perf_counter() - started
         return row
+
+    async def _on_backend(self, step: int, phase: str, work: Awaitable[T]) -> T:
+        """Await backend work; a failure becomes StepFailed saying what died and how to resume."""
+        try:
+            return await work
+        except Exception as error:
+            from rlfactory_nb.cluster.failures import backend_actors, describe_failure
+
+            where = self.last_checkpoint or "none yet (resuming starts the run over)"
+            raise StepFailed(
+                f"step {step} failed during {phase}: "
+                f"{describe_failure(error, backend_actors(self.backend))}\n"
+                f"The last checkpoint is {where}. Fix the cause, then resume: train(cfg, resume=True), "
+                "`rlfactory-nb train CONFIG --resume`, or launch(cfg, cluster, resume=True)."
+            ) from error
 
     async def score(self, groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
         samples = [Sample.from_trajectory(traj) for group in groups for traj in group]
@@ -247,9 +274,9 @@ class Trainer:
         saved = ckpt.save_checkpoint(
             self.run_dir,
             self.step,
-            await self.backend.checkpoint_model(),
+            await self._on_backend(self.step, "the checkpoint", self.backend.checkpoint_model()),
             self.policy.tokenizer,
-            await self.backend.optimizer_state(),
+            await self._on_backend(self.step, "the checkpoint", self.backend.optimizer_state()),
             self.cfg,
             keep_last=self.cfg.grpo.keep_last,
         )
@@ -297,7 +324,7 @@ def make_backend(
     cfg: RunConfig, policy: Policy, optimizer_state: dict[str, Any] | None, reference: torch.nn.Module | None
 ) -> Any:
     """The local backend (one process) or Ray workers, as cluster.backend says (see ClusterConfig)."""
-    cluster = cfg.cluster
+    cluster = cfg.cluster.layout()
     use_ray = cluster.backend == "ray" or (
         cluster.backend == "auto"
         and (cluster.num_workers > 1 or cluster.num_engines > 1 or cluster.address is not None)

@@ -251,8 +251,8 @@ class RayBackend:
         optimizer_state: dict[str, Any] | None = None,
         reference: torch.nn.Module | None = None,
     ):
-        ray = init_ray(cfg.cluster)
-        cluster = self.cluster = cfg.cluster
+        cluster = self.cluster = cfg.cluster.layout()
+        ray = init_ray(cluster)
         self.policy = policy
         self._ray = ray
         threads = max(1, int(cluster.cpus_per_worker))

