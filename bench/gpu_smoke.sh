@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# GPU smoke test: two GRPO steps on the calculator example with the vLLM engine, then the step times.
+# GPU smoke test: two GRPO steps of the calculator example on Ray with vLLM engine actors and FSDP
+# policy workers, then each step's time split.
 #
 #   bash bench/gpu_smoke.sh [MODEL]        # MODEL: a hub id or local folder, default Qwen/Qwen3-0.6B
 #
-# Needs a CUDA GPU and `pip install '.[gpu]'`. One process (cluster.backend=local): the trainer and
-# vLLM share GPU 0; vLLM takes its default 90% of the card's memory and the trainer (weights, grads,
-# AdamW, activations) must fit in the rest, which suits a 0.6B model on an 80 GB+ card. Not yet run
-# on a GPU by the project (see docs/gpu.md). Without a GPU it says so and exits 0, so CI can call it.
+# Uses every visible GPU through cluster.num_gpus (see ClusterConfig.layout): with one GPU a policy
+# worker and a vLLM engine share it (colocated, vLLM sleeping during the update); with N >= 2, N/2
+# train with FSDP and N/2 generate, weights broadcast over NCCL. Needs `pip install '.[gpu]'`.
+# Not yet run on a GPU by the project (see docs/gpu.md). Without a GPU it says so and exits 0.
 set -euo pipefail
 
 MODEL="${1:-Qwen/Qwen3-0.6B}"
 PYTHON="${PYTHON:-python}"
 cd "$(dirname "$0")/.."
 
-if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+GPUS="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+if [ "$GPUS" = "0" ]; then
     echo "gpu_smoke: no CUDA GPU visible to torch; nothing to do (this is not a failure)."
     exit 0
 fi
@@ -23,10 +25,12 @@ if ! "$PYTHON" -c 'import vllm' 2>/dev/null; then
 fi
 
 OUT="$(mktemp -d "${TMPDIR:-/tmp}/rlfactory-gpu-smoke.XXXXXX")"
-echo "gpu_smoke: model $MODEL, run folder $OUT/gpu-smoke"
-"$PYTHON" -m rlfactory_nb.cli train examples/calculator/config.yaml \
-    name=gpu-smoke output_dir="$OUT" model.name="$MODEL" model.engine=vllm model.device=cuda \
-    cluster.backend=local grpo.steps=2 grpo.eval_every=0 grpo.checkpoint_every=0
+ARGS=(examples/calculator/config.yaml name=gpu-smoke output_dir="$OUT" model="$MODEL" engine=vllm
+      model.device=cuda cluster.backend=ray cluster.num_gpus="$GPUS" cluster.strategy=fsdp
+      grpo.steps=2 grpo.eval_every=0 grpo.checkpoint_every=0)
+echo "gpu_smoke: $GPUS GPU(s), model $MODEL, run folder $OUT/gpu-smoke"
+"$PYTHON" -m rlfactory_nb.cli train "${ARGS[@]}" --dry-run | tail -n 1
+"$PYTHON" -m rlfactory_nb.cli train "${ARGS[@]}"
 
 "$PYTHON" - "$OUT/gpu-smoke" <<'PY'
 import sys

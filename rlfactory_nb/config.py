@@ -214,6 +214,9 @@ class RunConfig:
     """the run's name: its folder under output_dir and its Ray job name"""
     output_dir: str = "runs"
     """where metrics, trajectories and checkpoints go"""
+    wandb_project: str | None = None
+    """also log every metrics row to this Weights & Biases project (`pip install '.[wandb]'`, then
+    `wandb login`, or WANDB_MODE=offline to write locally); a resumed run continues the same W&B run"""
     model: ModelConfig = field(default_factory=ModelConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

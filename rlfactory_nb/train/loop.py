@@ -104,7 +104,7 @@ class Trainer:
             self.policy = self.policy or Policy.load(
                 cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype
             )
-        self.metrics = MetricsWriter(self.run_dir)
+        self.metrics = MetricsWriter(self.run_dir, wandb_project=cfg.wandb_project, config=cfg.to_dict())
         self.metrics.truncate_after(self.step)
         self.tools = await self._start_tools()
         self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -121,10 +122,17 @@ def _std(values: Sequence[float]) -> float:
 class MetricsWriter:
     """Appends step rows to metrics.jsonl (flushed per row, so a crash loses at most the step in flight)."""
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool = True,
+        wandb_project: str | None = None,
+        config: dict[str, Any] | None = None,
+    ):
         self.path = Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._board = _tensorboard_writer(Path(run_dir) / "tensorboard") if tensorboard else None
+        self._wandb = _wandb_run(Path(run_dir), wandb_project, config) if wandb_project else None
 
     def write(self, row: dict[str, Any]) -> None:
         row = {"time": time.time(), **row}
@@ -135,6 +143,9 @@ class MetricsWriter:
                 if isinstance(value, (int, float)) and key not in ("step", "time"):
                     self._board.add_scalar(key, value, global_step=int(row["step"]))
             self._board.flush()
+        if self._wandb is not None:
+            numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+            self._wandb.log(numbers, step=int(row["step"]), commit=True)  # now, not at the next step
 
     def truncate_after(self, step: int) -> None:
         """Drop rows of steps after `step` (written by a run that crashed before its next checkpoint)."""
@@ -148,6 +159,8 @@ class MetricsWriter:
     def close(self) -> None:
         if self._board is not None:
             self._board.close()
+        if self._wandb is not None:
+            self._wandb.finish()
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -170,3 +183,24 @@ def _tensorboard_writer(folder: Path) -> Any:
     except ImportError:  # tensorboard is optional: metrics.jsonl is the record
         return None
     return SummaryWriter(str(folder))
+
+
+WANDB_ID_FILE = "wandb_id.txt"
+
+
+def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> Any:
+    """A W&B run whose id lives in the run folder, so `resume` logs into the same W&B run."""
+    try:
+        import wandb
+    except ImportError as error:
+        raise ImportError(
+            f"wandb_project={project!r} needs the wandb package: pip install 'rlfactory-nb[wandb]' "
+            "(or remove wandb_project from the config)"
+        ) from error
+    id_file = run_dir / WANDB_ID_FILE
+    if not id_file.exists():
+        id_file.write_text(secrets.token_hex(4), encoding="utf-8")  # W&B ids: [a-z0-9]
+    run_id = id_file.read_text(encoding="utf-8").strip()
+    return wandb.init(
+        project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=config
+    )

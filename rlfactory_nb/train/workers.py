@@ -21,16 +21,24 @@ same with either. Ray is imported only here (and in `rlfactory_nb.cluster`), and
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
+import os
 from datetime import timedelta
 from typing import Any
 
 import torch
 
-from rlfactory_nb.engines.base import Generation, SamplingParams, stop_token_ids_from_tokenizer
+from rlfactory_nb.engines.base import stop_token_ids_from_tokenizer
 from rlfactory_nb.train import parallel, weight_sync
 from rlfactory_nb.train.batch import TrainBatch
+from rlfactory_nb.train.engine_actors import (
+    EngineActor,
+    RayEngine,
+    actor_device,
+    build_model,
+    cpu_state,
+    policy_files,
+)
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
 
@@ -45,6 +53,9 @@ def init_ray(cluster: Any) -> Any:
         ray.init(address=cluster.address)
         return ray
     needed = (cluster.num_workers + cluster.num_engines) * cluster.cpus_per_worker
+    # Ray gives its raylet 30 s to register; a busy 2-core machine (CI, a notebook running a job) can
+    # take longer, and then the whole run fails at start.
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
     ray.init(
         address="local",  # never join a stale cluster found through /tmp/ray files
         num_cpus=max(2, math.ceil(needed)),
@@ -54,25 +65,6 @@ def init_ray(cluster: Any) -> Any:
     return ray
 
 
-def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: tensor.detach().cpu() for name, tensor in module.state_dict().items()}
-
-
-def _build_model(
-    model_config: Any, weights: dict[str, torch.Tensor], device: torch.device
-) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_config(model_config)
-    model.load_state_dict(weights)
-    return model.to(device).eval()
-
-
-def _worker_device() -> torch.device:
-    # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave this actor, so the first visible one is ours.
-    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-
-
 class PolicyWorker:
     """One rank: its part of the policy, its optimizer, and (with kl_coef) the reference model."""
 
@@ -80,7 +72,7 @@ class PolicyWorker:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         self.strategy = cfg.cluster.strategy
         self.settings = UpdateSettings.from_config(cfg)
-        self.device = _worker_device()
+        self.device = actor_device()
         torch.set_num_threads(max(1, num_threads))
 
     def rendezvous(self) -> tuple[str, int]:
@@ -108,14 +100,14 @@ class PolicyWorker:
             world_size=self.world_size,
             timeout=timedelta(minutes=5),
         )
-        module = _build_model(model_config, weights, self.device)
+        module = build_model(model_config, weights, self.device)
         self.model = parallel.wrap(module, self.strategy, self.world_size, self.device)
         self.optimizer = make_optimizer(self.model, self.cfg)  # after sharding: FSDP's DTensor params
         if optimizer_state is not None:
             parallel.load_optimizer_state(self.model, self.optimizer, optimizer_state)
         self.reference = None
         if reference_weights is not None:
-            reference = _build_model(model_config, reference_weights, self.device).requires_grad_(False)
+            reference = build_model(model_config, reference_weights, self.device).requires_grad_(False)
             self.reference = parallel.shard_reference(reference, self.strategy)
 
     def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
@@ -149,98 +141,6 @@ class PolicyWorker:
             dist.destroy_process_group()
 
 
-class EngineActor:
-    """Hosts one rollout engine: `hf` over its own copy of the policy, or `vllm` over the policy folder."""
-
-    def __init__(
-        self,
-        kind: str,
-        policy_files: dict[str, Any],
-        weights: dict[str, torch.Tensor] | None,
-        seed: int,
-        num_threads: int = 1,
-    ):
-        torch.set_num_threads(max(1, num_threads))
-        self.kind = kind
-        self.device = _worker_device()
-        if kind == "hf":
-            from rlfactory_nb.engines.hf import HFEngine
-
-            model = _build_model(policy_files["config"], weights, self.device)
-            self.engine: Any = HFEngine(
-                model, policy_files["tokenizer"], seed=seed, num_threads=max(1, num_threads)
-            )
-        else:
-            from rlfactory_nb.engines.vllm import VLLMEngine
-
-            self.engine = VLLMEngine(
-                policy_files["path"], dtype=policy_files["dtype"], seed=seed, **policy_files["engine_args"]
-            )
-
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        return await self.engine.generate(prompt_ids, sampling)
-
-    async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        await self.engine.update_weights(state_dict)
-
-    async def open_sync_group(self, address: GroupAddress, rank: int) -> None:
-        if self.kind == "vllm":  # vLLM's model worker process joins, not this actor
-            await self.engine.open_sync_group(address, rank)
-        else:
-            self.sync_group = await asyncio.to_thread(weight_sync.open_group, address, rank, self.device)
-
-    async def receive_weights(self, specs: list[TensorSpec]) -> None:
-        if self.kind == "vllm":
-            await self.engine.receive_weights(specs)
-        else:
-            received = weight_sync.receive(self.sync_group, specs, self.device)
-            await self.engine.update_weights(await asyncio.to_thread(dict, received))
-
-    async def sleep(self) -> None:
-        await self.engine.sleep()
-
-    async def wake_up(self) -> None:
-        await self.engine.wake_up()
-
-    async def close(self) -> None:
-        await self.engine.close()
-
-
-class RayEngine:
-    """The engine contract over engine actors: requests go round-robin, weight updates to all."""
-
-    def __init__(self, actors: list[Any], stop_token_ids: tuple[int, ...]):
-        self.actors = actors
-        self._stop_token_ids = stop_token_ids
-        self._next = itertools.cycle(actors)
-
-    @property
-    def stop_token_ids(self) -> tuple[int, ...]:
-        return self._stop_token_ids
-
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        return await next(self._next).generate.remote(list(prompt_ids), sampling)
-
-    async def update_weights(self, state_dict: Any) -> None:
-        """`state_dict`: tensors, or an ObjectRef to them (then engines read it from the object store)."""
-        import ray
-
-        reference = state_dict if isinstance(state_dict, ray.ObjectRef) else ray.put(state_dict)
-        await self._all("update_weights", reference)
-
-    async def sleep(self) -> None:
-        await self._all("sleep")
-
-    async def wake_up(self) -> None:
-        await self._all("wake_up")
-
-    async def close(self) -> None:
-        await asyncio.gather(*(actor.close.remote() for actor in self.actors), return_exceptions=True)
-
-    async def _all(self, method: str, *args: Any) -> None:
-        await asyncio.gather(*(getattr(actor, method).remote(*args) for actor in self.actors))
-
-
 class RayBackend:
     """`num_workers` PolicyWorkers (one DDP or FSDP group) and `num_engines` EngineActors on Ray."""
 
@@ -256,12 +156,13 @@ class RayBackend:
         self.policy = policy
         self._ray = ray
         threads = max(1, int(cluster.cpus_per_worker))
-        resources = {"num_cpus": cluster.cpus_per_worker, "num_gpus": cluster.gpus_per_worker}
-        weights = ray.put(_cpu_state(policy.model))
-        reference_weights = ray.put(_cpu_state(reference)) if reference is not None else None
-        worker_class = ray.remote(PolicyWorker).options(**resources)
+        placement = _placement(ray, cluster)
+        weights = ray.put(cpu_state(policy.model))
+        reference_weights = ray.put(cpu_state(reference)) if reference is not None else None
         self.workers = [
-            worker_class.remote(rank, cluster.num_workers, cfg, threads)
+            ray.remote(PolicyWorker)
+            .options(**placement(rank))
+            .remote(rank, cluster.num_workers, cfg, threads)
             for rank in range(cluster.num_workers)
         ]
         address = ray.get(self.workers[0].rendezvous.remote())
@@ -272,11 +173,12 @@ class RayBackend:
                 for w in self.workers
             ]
         )
-        engine_class = ray.remote(EngineActor).options(**resources)
-        files = _policy_files(cfg, policy)
+        files = policy_files(cfg, policy)
         engine_weights = weights if cfg.model.engine == "hf" else None  # vLLM reads the folder
         engines = [
-            engine_class.remote(cfg.model.engine, files, engine_weights, cfg.grpo.seed + index, threads)
+            ray.remote(EngineActor)
+            .options(**placement(index))
+            .remote(cfg.model.engine, files, engine_weights, cfg.grpo.seed + index, threads)
             for index in range(cluster.num_engines)
         ]
         self.engine = RayEngine(engines, stop_token_ids_from_tokenizer(policy.tokenizer))
@@ -340,15 +242,28 @@ class RayBackend:
             self._ray.kill(actor)
 
 
-def _policy_files(cfg: Any, policy: Any) -> dict[str, Any]:
-    """What an engine actor builds its engine from, besides the weights: the hf engine the model
-    config and tokenizer; vLLM the policy folder, which every node must be able to read (a shared file system,
-    or a hub id every node can download)."""
-    dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.")
-    return {
-        "config": policy.model.config,
-        "tokenizer": policy.tokenizer,
-        "path": str(policy.path),
-        "dtype": dtype,  # vLLM's logprobs are the PPO ratio's old logprobs: the trainer's precision
-        "engine_args": dict(cfg.model.engine_args),
-    }
+def _placement(ray: Any, cluster: Any) -> Any:
+    """Ray actor options for worker i and engine i. Colocated on GPUs, each pair gets a bundle of one
+    whole GPU (Ray alone would pack fractional GPUs first-fit: two workers on one GPU, which NCCL
+    refuses); otherwise every actor just reserves its CPUs and GPUs."""
+    resources = {"num_cpus": cluster.cpus_per_worker, "num_gpus": cluster.gpus_per_worker}
+    if not (cluster.colocate and cluster.gpus_per_worker > 0):
+        return lambda index: resources
+    if cluster.num_workers != cluster.num_engines or cluster.gpus_per_worker > 0.5:
+        raise ValueError(
+            "cluster.colocate on GPUs pairs each policy worker with an engine on one GPU: set "
+            f"cluster.num_workers ({cluster.num_workers}) equal to cluster.num_engines "
+            f"({cluster.num_engines}) and cluster.gpus_per_worker <= 0.5 (or just cluster.num_gpus)"
+        )
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundles = [{"GPU": 1, "CPU": 2 * cluster.cpus_per_worker}] * cluster.num_workers
+    group = placement_group(bundles, strategy="PACK")
+    ray.get(group.ready())
+
+    def in_bundle(index: int) -> dict[str, Any]:
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+        return {**resources, "scheduling_strategy": strategy}
+
+    return in_bundle

@@ -1,0 +1,153 @@
+"""Rollout engine actors on Ray: one hf or vLLM engine each, and `RayEngine`, the engine contract
+over all of them (requests round-robin, weight updates, sleep and wake to every actor).
+
+Used by `rlfactory_nb.train.workers.RayBackend`; see its docstring for the picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import torch
+
+from rlfactory_nb.engines.base import Generation, SamplingParams
+from rlfactory_nb.train import weight_sync
+from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
+
+
+def cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().cpu() for name, tensor in module.state_dict().items()}
+
+
+def build_model(model_config: Any, weights: dict[str, torch.Tensor], device: torch.device) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(model_config)
+    model.load_state_dict(weights)
+    return model.to(device).eval()
+
+
+def actor_device() -> torch.device:
+    # Ray sets CUDA_VISIBLE_DEVICES to the GPUs it gave this actor, so the first visible one is ours.
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+class EngineActor:
+    """Hosts one rollout engine: `hf` over its own copy of the policy, or `vllm` over the policy folder."""
+
+    def __init__(
+        self,
+        kind: str,
+        policy_files: dict[str, Any],
+        weights: dict[str, torch.Tensor] | None,
+        seed: int,
+        num_threads: int = 1,
+    ):
+        torch.set_num_threads(max(1, num_threads))
+        self.kind = kind
+        self.device = actor_device()
+        if kind == "hf":
+            from rlfactory_nb.engines.hf import HFEngine
+
+            model = build_model(policy_files["config"], weights, self.device)
+            self.engine: Any = HFEngine(
+                model, policy_files["tokenizer"], seed=seed, num_threads=max(1, num_threads)
+            )
+        else:
+            from rlfactory_nb.engines.vllm import VLLMEngine
+
+            self.engine = VLLMEngine(
+                policy_files["path"], dtype=policy_files["dtype"], seed=seed, **policy_files["engine_args"]
+            )
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        return await self.engine.generate(prompt_ids, sampling)
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        await self.engine.update_weights(state_dict)
+
+    async def open_sync_group(self, address: GroupAddress, rank: int) -> None:
+        if self.kind == "vllm":  # vLLM's model worker process joins, not this actor
+            await self.engine.open_sync_group(address, rank)
+        else:
+            self.sync_group = await asyncio.to_thread(weight_sync.open_group, address, rank, self.device)
+
+    async def receive_weights(self, specs: list[TensorSpec]) -> None:
+        if self.kind == "vllm":
+            await self.engine.receive_weights(specs)
+        else:
+            received = weight_sync.receive(self.sync_group, specs, self.device)
+            await self.engine.update_weights(await asyncio.to_thread(dict, received))
+
+    async def sleep(self) -> None:
+        await self.engine.sleep()
+
+    async def wake_up(self) -> None:
+        await self.engine.wake_up()
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+
+class RayEngine:
+    """The engine contract over engine actors: requests go round-robin, weight updates to all."""
+
+    def __init__(self, actors: list[Any], stop_token_ids: tuple[int, ...]):
+        self.actors = actors
+        self._stop_token_ids = stop_token_ids
+        self._next = itertools.cycle(actors)
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        return self._stop_token_ids
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        return await next(self._next).generate.remote(list(prompt_ids), sampling)
+
+    async def update_weights(self, state_dict: Any) -> None:
+        """`state_dict`: tensors, or an ObjectRef to them (then engines read it from the object store)."""
+        import ray
+
+        reference = state_dict if isinstance(state_dict, ray.ObjectRef) else ray.put(state_dict)
+        await self._all("update_weights", reference)
+
+    async def sleep(self) -> None:
+        await self._all("sleep")
+
+    async def wake_up(self) -> None:
+        await self._all("wake_up")
+
+    async def close(self) -> None:
+        await asyncio.gather(*(actor.close.remote() for actor in self.actors), return_exceptions=True)
+
+    async def _all(self, method: str, *args: Any) -> None:
+        await asyncio.gather(*(getattr(actor, method).remote(*args) for actor in self.actors))
+
+
+def policy_files(cfg: Any, policy: Any) -> dict[str, Any]:
+    """What an engine actor builds its engine from, besides the weights: the hf engine the model
+    config and tokenizer; vLLM the policy folder, which every node must be able to read (a shared file system,
+    or a hub id every node can download)."""
+    dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.")
+    return {
+        "config": policy.model.config,
+        "tokenizer": policy.tokenizer,
+        "path": str(policy.path),
+        "dtype": dtype,  # vLLM's logprobs are the PPO ratio's old logprobs: the trainer's precision
+        "engine_args": _engine_args(cfg),
+    }
+
+
+COLOCATED_GPU_MEMORY = 0.4
+"""vLLM's share of a GPU it shares with a policy worker (its default, 0.9, leaves none for training)"""
+
+
+def _engine_args(cfg: Any) -> dict[str, Any]:
+    """model.engine_args, plus what colocation needs from vLLM unless the user says otherwise."""
+    args = dict(cfg.model.engine_args)
+    if cfg.cluster.layout().colocate and cfg.model.engine == "vllm":
+        args.setdefault("enable_sleep_mode", True)
+        args.setdefault("gpu_memory_utilization", COLOCATED_GPU_MEMORY)
+    return args
