@@ -81,8 +81,8 @@ def worst_gap(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b))
 
 
-@pytest.mark.timeout(300)
-async def test_vllm_engine_samples_from_the_updated_policy(vllm_model_dir, tmp_path):
+@pytest.mark.timeout(400)
+async def test_vllm_engine_samples_from_the_updated_policy_and_loads_its_checkpoint(vllm_model_dir, tmp_path):
     trainer = Trainer(vllm_config(vllm_model_dir, tmp_path))
     try:
         await trainer.start()
@@ -106,8 +106,19 @@ async def test_vllm_engine_samples_from_the_updated_policy(vllm_model_dir, tmp_p
         assert gap < tolerance, f"vLLM logprobs differ from the trained weights' by {gap:.2e}"
         # The test can fail: the update moved these logprobs well past the tolerance.
         assert worst_gap(generation.logprobs, stale) > 10 * tolerance, "the update did not change the policy"
+        checkpoint = await trainer.save_checkpoint()
     finally:
         await trainer.close()
+
+    # The checkpoint folder is a model vLLM loads as it is, with the trained weights.
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    reloaded = VLLMEngine(checkpoint, dtype=dtype, seed=0)
+    try:
+        again = await reloaded.generate(prompt, sampling)
+        gap = worst_gap(again.logprobs, forward_logprobs(model, prompt, again.token_ids))
+        assert gap < tolerance, f"vLLM on the checkpoint differs from the trained weights by {gap:.2e}"
+    finally:
+        await reloaded.close()
 
 
 @pytest.mark.timeout(420)
