@@ -90,6 +90,11 @@ class ToolCache:
                 )
                 self._db.commit()
 
+    def count_hit(self) -> None:
+        """A call answered without a tool round trip by another means (a shared in-flight call)."""
+        with self._lock:
+            self.hits += 1
+
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "entries": len(self._memory)}
 

@@ -24,7 +24,7 @@ from typing import Any, Self
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import ConfigError
-from rlfactory_nb.tools.cache import Recorded, ToolCache
+from rlfactory_nb.tools.cache import Recorded, ToolCache, cache_key
 from rlfactory_nb.tools.config import (
     FunctionConfig,
     ServerConfig,
@@ -83,6 +83,7 @@ class ToolSet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._global_limit: asyncio.Semaphore | None = None
         self._start_lock: asyncio.Lock | None = None
+        self._in_flight: dict[str, asyncio.Future[tuple[str, str, bool]]] = {}  # by cache key
 
     @classmethod
     def from_config(cls, source: str | Path | Mapping[str, Any] | ToolsFile, **settings: Any) -> ToolSet:
@@ -192,13 +193,24 @@ class ToolSet:
         use_cache = self.cache is not None and (
             self.settings.replay or (self.settings.cache and entry.options.cache is not False)
         )
+        key = cache_key(entry.qualified, args)
+        if use_cache and (pending := self._in_flight.get(key)) is not None:
+            # The same call is running now (a group's samples ask the same thing at the same moment,
+            # before any result is cached): share its outcome instead of calling again.
+            status, text, _ = await asyncio.shield(pending)
+            self.cache.count_hit()
+            return _result(name, status, self._truncate(text), started_at, cached=True)
         if use_cache and (hit := self.cache.get(entry.qualified, args)) is not None:
             return _result(name, hit.status, self._truncate(hit.content), started_at, cached=True)
         if self.settings.replay:
             return _result(
                 name, "error", f"replay: no recorded result for {name} with these arguments", started_at
             )
-        status, text, cacheable = await self._invoke_limited(entry, args)
+        call = asyncio.ensure_future(self._invoke_limited(entry, args))
+        if use_cache:
+            self._in_flight[key] = call
+            call.add_done_callback(lambda _: self._in_flight.pop(key, None))
+        status, text, cacheable = await asyncio.shield(call)  # a cancelled caller leaves it to the others
         if cacheable and self.cache is not None:
             self.cache.put(entry.qualified, args, Recorded(status, text))
         return _result(name, status, self._truncate(text), started_at)

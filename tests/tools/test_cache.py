@@ -1,4 +1,6 @@
-"""ToolCache: canonical keys, LRU eviction, counters, and record/replay through sqlite."""
+"""ToolCache: canonical keys, LRU eviction, counters, record/replay through sqlite, shared in-flight calls."""
+
+import asyncio
 
 from rlfactory_nb.tools import ToolCache, ToolSet
 from rlfactory_nb.tools.cache import Recorded, cache_key
@@ -63,3 +65,39 @@ async def test_per_tool_opt_out_always_runs_the_tool():
     async with ToolSet.from_config(config) as tools:
         results = [await tools.call("side_effect", {"x": 1}) for _ in range(3)]
     assert calls == [1, 1, 1] and not any(r.cached for r in results)
+
+
+async def test_identical_calls_in_flight_at_once_run_the_tool_once():
+    """A group's samples ask the same thing at the same moment, before any result is cached."""
+    runs = []
+
+    async def slow_search(query: str) -> str:
+        runs.append(query)
+        await asyncio.sleep(0.2)
+        return f"results for {query}"
+
+    async with ToolSet.from_functions(slow_search) as tools:
+        same = [("slow_search", {"query": "qwen3"})] * 8
+        results = await tools.call_many([*same, ("slow_search", {"query": "other"})])
+        stats = tools.stats()["cache"]
+    assert sorted(runs) == ["other", "qwen3"]
+    assert {r.content for r in results[:8]} == {"results for qwen3"}
+    assert sum(r.cached for r in results) == 7 and stats["hits"] == 7
+    async with ToolSet.from_functions(slow_search, cache=False) as uncached:
+        await uncached.call_many(same)
+    assert len(runs) == 2 + 8, "without the cache every call runs"
+
+
+async def test_a_cancelled_caller_does_not_cancel_the_shared_call():
+    async def slow(x: int) -> int:
+        await asyncio.sleep(0.2)
+        return x
+
+    async with ToolSet.from_functions(slow) as tools:
+        first = asyncio.ensure_future(tools.call("slow", {"x": 3}))
+        await asyncio.sleep(0.05)
+        second = asyncio.ensure_future(tools.call("slow", {"x": 3}))
+        await asyncio.sleep(0.01)
+        first.cancel()
+        result = await second
+    assert result.status == "ok" and result.content == "3" and result.cached
