@@ -1,16 +1,20 @@
 """Warm-start step cost: full padded sequences vs the shared-prefix loss, on the same batches.
 
-    python bench/warmstart_prefix.py [--steps 10] [--threads 2]
+    python bench/warmstart_prefix.py [--quick] [--steps 10] [--threads N] [--batch-size 32]
 
 Both losses are identical (tests/presets/test_warmstart.py); this measures the time of a training
-step (forward + backward + AdamW) for each, alternating, so machine noise hits both alike.
+step (forward + backward + AdamW) for each, alternating, so machine noise hits both alike. The first
+step of each warms allocators and kernels and is discarded.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import Qwen3ForCausalLM
@@ -24,6 +28,12 @@ from rlfactory_nb.presets.warmstart import (
     shared_prefix_length,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import command_block, machine_line, markdown_table, write_result
+
+NAME = "warmstart_prefix"
+
 
 def full_sequence_loss(model, batch, pad_id):
     length = max(len(ids) for ids, _ in batch)
@@ -35,22 +45,31 @@ def full_sequence_loss(model, batch, pad_id):
     return model(input_ids=ids, labels=labels).loss
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 measured steps")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--batch-size", type=int, default=32)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = min(args.steps, 3)
+    return args
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     tokenizer = build_tokenizer()
-    examples = make_examples(tokenizer, WarmStartConfig(examples=256), [calculator.CALCULATOR_TOOL], tool_share=0.4)
+    examples = make_examples(
+        tokenizer, WarmStartConfig(examples=256), [calculator.CALCULATOR_TOOL], tool_share=0.4
+    )
     prefix = shared_prefix_length(examples)
     model = Qwen3ForCausalLM(tiny_config())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    timings = {"full": [], "shared_prefix": []}
+    timings: dict[str, list[float]] = {"full": [], "shared_prefix": []}
     for step in range(args.steps + 1):
         batch = examples[(step * args.batch_size) % 200 :][: args.batch_size]
-        for name in timings:
+        for name, seconds in timings.items():
             started = time.perf_counter()
             if name == "full":
                 loss = full_sequence_loss(model, batch, tokenizer.pad_token_id)
@@ -60,10 +79,70 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             if step:  # the first step warms allocators and kernels
-                timings[name].append(time.perf_counter() - started)
+                seconds.append(time.perf_counter() - started)
     full, shared = (statistics.median(timings[k]) for k in ("full", "shared_prefix"))
-    print(f"batch {args.batch_size}, shared prefix {prefix} tokens, {args.threads} thread(s), {args.steps} steps each")
-    print(f"full sequences: median {full:.3f} s/step; shared prefix: median {shared:.3f} s/step; ratio {full / shared:.2f}x")
+    return {
+        "batch_size": args.batch_size,
+        "shared_prefix_tokens": prefix,
+        "threads": args.threads,
+        "steps": args.steps,
+        "full_median_s": full,
+        "shared_prefix_median_s": shared,
+        "full_over_shared": full / shared,
+        "timings_s": timings,
+    }
+
+
+def markdown(data: dict[str, Any], argv: list[str], machine: str) -> str:
+    table = markdown_table(
+        ["warm-start loss", "median s/step"],
+        [
+            ["full padded sequences", f"{data['full_median_s']:.3f}"],
+            [
+                f"shared prefix ({data['shared_prefix_tokens']} tokens once per batch)",
+                f"{data['shared_prefix_median_s']:.3f}",
+            ],
+            ["full / shared prefix", f"{data['full_over_shared']:.2f}x"],
+        ],
+    )
+    bullets = [
+        (
+            f"- One warm-start training step (forward + backward + AdamW) on the same batches of "
+            f"{data['batch_size']} conversations, the two losses alternating so machine noise hits both "
+            f"alike; median of {data['steps']} steps each after one warm-up, {data['threads']} thread(s)."
+        ),
+        (
+            "- Both compute the same loss (`tests/presets/test_warmstart.py`). Every warm-start conversation "
+            "starts with the same system prompt and tool description; the shared-prefix loss runs it once "
+            "and reuses its keys and values for the whole batch instead of once per row, and runs the "
+            "output layer only where a loss applies."
+        ),
+    ]
+    return "\n\n".join(
+        [
+            "## Warm-start: shared-prefix loss vs full padded sequences",
+            command_block("bench/warmstart_prefix.py", argv),
+            machine,
+            table,
+            "\n".join(bullets),
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    machine = machine_line()
+    data = measure(args)
+    print(
+        f"batch {data['batch_size']}, shared prefix {data['shared_prefix_tokens']} tokens, "
+        f"{data['threads']} thread(s), {data['steps']} steps each"
+    )
+    print(
+        f"full sequences: median {data['full_median_s']:.3f} s/step; shared prefix: median "
+        f"{data['shared_prefix_median_s']:.3f} s/step; ratio {data['full_over_shared']:.2f}x"
+    )
+    write_result(NAME, data, markdown(data, argv, machine))
 
 
 if __name__ == "__main__":
