@@ -188,6 +188,25 @@ def token_logprobs(logits: Tensor, input_ids: Tensor) -> Tensor:
     return torch.cat([picked.new_zeros(picked.shape[0], 1), picked], dim=1)
 
 
+def first_trained_position(loss_mask: Tensor) -> int:
+    """The first column any row trains on (>= 1: position 0 predicts nothing); the last column when
+    no row trains (a zero-weight padding micro-batch).
+
+    >>> first_trained_position(torch.tensor([[0, 0, 1, 1], [0, 0, 0, 1]], dtype=torch.bool))
+    2
+    """
+    columns = loss_mask.any(dim=0).nonzero()
+    return max(1, int(columns[0])) if len(columns) else loss_mask.shape[1] - 1
+
+
+def window_logprobs(window: Tensor, input_ids: Tensor, start: int) -> Tensor:
+    """`token_logprobs` from the logits of positions start-1 .. L-1 only (window (B, L-start+1, V)):
+    (B, L) with 0 before `start`. What a forward with `logits_to_keep=L-start+1` returns, which skips
+    the (B, start, V) logits of prompt positions that nothing trains on."""
+    picked = token_logprobs(window, input_ids[:, start - 1 :])[:, 1:]  # tokens start .. L-1
+    return torch.cat([picked.new_zeros(picked.shape[0], start), picked], dim=1)
+
+
 def micro_batches(batch: TrainBatch, size: int) -> Iterator[TrainBatch]:
     """Consecutive slices of at most `size` trajectories, each trimmed of all-padding columns."""
     if size < 1:

@@ -27,7 +27,12 @@ import torch
 from torch import Tensor
 
 from rlfactory_nb.algo.losses import LossArgs, get_loss, kl_penalty, masked_entropy, masked_mean
-from rlfactory_nb.train.batch import TrainBatch, micro_batches, token_logprobs
+from rlfactory_nb.train.batch import (
+    TrainBatch,
+    first_trained_position,
+    micro_batches,
+    window_logprobs,
+)
 from rlfactory_nb.train.parallel import gradient_sync
 
 TOKEN_MEAN_LOSSES = frozenset({"dapo"})
@@ -154,42 +159,49 @@ def micro_loss(
     micro = micro.to(_device(model))
     if rollout_logprobs is not None:
         rollout_logprobs = rollout_logprobs.to(micro.input_ids.device)
-    logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits  # (b, L, V)
-    logprobs = token_logprobs(logits, micro.input_ids)  # (b, L)
     mask = micro.loss_mask
+    start = first_trained_position(mask)
+    window = response_logits(model, micro, start)  # (b, L - start + 1, V)
+    logprobs = window_logprobs(window, micro.input_ids, start)  # (b, L)
     loss, metrics = get_loss(settings.loss)(
         logprobs, micro.old_logprobs, micro.advantages, mask, settings.loss_args, rollout_logprobs
     )
-    # logits[:, i] predicts token i + 1: pair them with the mask shifted by one, no (b, L, V) copy.
+    # window[:, j] predicts token start + j: pair it with the mask from `start`, no (b, L, V) copy.
     with contextlib.nullcontext() if settings.entropy_coef else torch.no_grad():
-        entropy = masked_entropy(logits[:, :-1], mask[:, 1:])
+        entropy = masked_entropy(window[:, :-1], mask[:, start:])
     metrics["entropy"] = float(entropy.detach())
     if settings.entropy_coef:
         loss = loss - settings.entropy_coef * entropy
     if reference is not None and settings.kl_coef:
         with torch.no_grad():
-            reference_logits = reference(
-                input_ids=micro.input_ids, attention_mask=micro.attention_mask
-            ).logits
-            reference_logprobs = token_logprobs(reference_logits, micro.input_ids)
+            reference_logprobs = window_logprobs(
+                response_logits(reference, micro, start), micro.input_ids, start
+            )
         kl = masked_mean(kl_penalty(logprobs, reference_logprobs, mask, settings.kl_estimator), mask)
         loss = loss + settings.kl_coef * kl
         metrics["kl"] = float(kl.detach())
     return loss, metrics
 
 
+def response_logits(model: torch.nn.Module, micro: TrainBatch, start: int) -> Tensor:
+    """Logits of positions start-1 .. L-1 only: the prompt's positions before them are never
+    trained, and their (b, start, V) logits were most of the forward's output memory and time."""
+    keep = micro.input_ids.shape[1] - start + 1
+    return model(input_ids=micro.input_ids, attention_mask=micro.attention_mask, logits_to_keep=keep).logits
+
+
 @torch.no_grad()
 def recompute_logprobs(model: torch.nn.Module, batch: TrainBatch, micro_batch_size: int) -> Tensor:
     """The trainer's own logprob of every sampled token (B, L), 0 elsewhere, before any update."""
     result = torch.zeros_like(batch.old_logprobs)
-    for start, micro in zip(
+    for row, micro in zip(
         range(0, batch.batch_size, micro_batch_size), micro_batches(batch, micro_batch_size)
     ):
         on_device = micro.to(_device(model))
-        logits = model(input_ids=on_device.input_ids, attention_mask=on_device.attention_mask).logits
-        logprobs = token_logprobs(logits, on_device.input_ids).cpu()
+        first = first_trained_position(on_device.loss_mask)
+        logprobs = window_logprobs(response_logits(model, on_device, first), on_device.input_ids, first).cpu()
         width = logprobs.shape[1]
-        result[start : start + micro.batch_size, :width] = logprobs.masked_fill(~micro.loss_mask, 0.0)
+        result[row : row + micro.batch_size, :width] = logprobs.masked_fill(~micro.loss_mask, 0.0)
     return result
 
 

@@ -2,8 +2,18 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from rlfactory_nb.train.batch import TrainBatch, build_batch, micro_batches, shift_right, token_logprobs
+from rlfactory_nb.train.batch import (
+    TrainBatch,
+    build_batch,
+    first_trained_position,
+    micro_batches,
+    shift_right,
+    token_logprobs,
+    window_logprobs,
+)
 from rlfactory_nb.types import Trajectory
+
+from .conftest import tiny_random_qwen3
 
 PAD = 0
 
@@ -137,3 +147,19 @@ def tiny_model() -> Qwen3ForCausalLM:
         max_position_embeddings=64,
     )
     return Qwen3ForCausalLM(config).eval()
+
+
+def test_logprobs_from_the_response_window_equal_the_full_forward_pass():
+    model = tiny_random_qwen3()
+    ids = torch.randint(0, 300, (3, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros(3, 12, dtype=torch.bool)
+    mask[0, 7:], mask[1, 5:9], mask[2, 10:] = True, True, True
+    start = first_trained_position(mask)
+    assert start == 5
+    with torch.no_grad():
+        full = token_logprobs(model(input_ids=ids).logits, ids)
+        window = model(input_ids=ids, logits_to_keep=12 - start + 1).logits
+    assert window.shape[1] == 8, "the forward kept only the response window's logits"
+    windowed = window_logprobs(window, ids, start)
+    assert torch.allclose(windowed[:, start:], full[:, start:], atol=1e-6)
+    assert not windowed[:, :start].any()
