@@ -37,6 +37,15 @@ class TrainingDriver:
         self._task: asyncio.Task | None = None
         self._trainer: Any = None
         self._capture_output()
+        self._start_itself()
+
+    def _start_itself(self) -> None:
+        """Queue `start` from here rather than rely on the launcher's call: Ray holds a call to an
+        actor that is not up yet in the *caller*, so a kernel that dies right after `launch` would
+        take it along and leave the job pending forever. `start` is idempotent."""
+        import ray
+
+        ray.get_runtime_context().current_actor.start.remote()
 
     def _capture_output(self) -> None:
         self.folder.path.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """`launch(cfg, cluster)` and `TrainingJob`: training runs on the cluster, the kernel stays free.
 
-`launch` starts the driver actor (cluster/driver.py) and returns a TrainingJob at once. The job is a
+`launch` checks what the config names (reward function, tools file, datasets), starts the driver actor
+(cluster/driver.py) and returns a TrainingJob at once. The job is a
 handle: every property is read when asked, from the actor while it lives and from `runs/<name>/`
 (cluster/run_folder.py) otherwise, so a finished run opens without Ray and
 `TrainingJob.attach(name, cluster)` reconnects after a kernel restart.
@@ -48,6 +49,7 @@ def launch(
     """
     import ray
 
+    _preflight(cfg)
     cluster = cluster or Cluster.connect(cfg.cluster.address)
     cfg = _absolute(cfg)
     folder = RunFolder(cfg.run_dir)
@@ -60,8 +62,22 @@ def launch(
         .options(name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0)
         .remote(cfg.to_dict(), str(Path.cwd()), resume, max(1, int(cpus)), linger_s)
     )
-    actor.start.remote()
     return TrainingJob(cfg.name, folder.path, actor, cluster)
+
+
+def _preflight(cfg: RunConfig) -> None:
+    """Load what the config names (reward function, tools file, datasets) here, so that a mistake
+    is raised in the notebook cell rather than inside the driver after it took its CPUs."""
+    from rlfactory_nb.rewards.loading import load_reward
+    from rlfactory_nb.tools.config import load_tools_config
+    from rlfactory_nb.train.data import load_rows
+
+    load_reward(cfg.reward.function)
+    if cfg.tools.config is not None:
+        load_tools_config(cfg.tools.config)
+    load_rows(cfg.data.train, 1)
+    if cfg.grpo.eval_every:
+        load_rows(cfg.data.eval, 1)
 
 
 def _absolute(cfg: RunConfig) -> RunConfig:

@@ -12,6 +12,10 @@ Crashes: a pump between the transport and the session notices end-of-stream (the
 closed its pipe) and tells the supervisor at once, which restarts the server (with backoff, at most
 `max_restarts` times in a row) even before the next call arrives. Calls in flight at that moment fail
 with `ServerUnavailable`, which the ToolSet turns into an error result: they never hang.
+
+Noise on stdout: a stdio server must write only JSON-RPC there. The SDK skips other lines; the pump
+keeps the last few, and a server that then fails to start is reported with them (plus its stderr
+tail), since a stray `print` is the usual reason a server never answers `initialize`.
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ class _Request:
 
 
 _STOP = object()
+_NOISE_LINES = 3
+"""non-protocol stdout lines kept per server, for start errors"""
+_NOISE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,8 @@ class MCPConnection:
         self._last_error = ""
         self._stderr: IO[str] | None = None
         """where the server process logs; kept across restarts, closed by stop()"""
+        self._noise: list[str] = []
+        """the last lines the server wrote on stdout that were not JSON-RPC"""
 
     @property
     def name(self) -> str:
@@ -118,7 +127,7 @@ class MCPConnection:
         """Launch the server, initialize the session and list its tools. Raises ServerStartError."""
         if self._supervisor is not None and not self._supervisor.done():
             return self.tools
-        self._queue, self._failures, self.state = asyncio.Queue(), 0, "starting"
+        self._queue, self._failures, self.state, self._noise = asyncio.Queue(), 0, "starting", []
         if self._stderr is None or self._stderr.closed:
             self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         first_ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
@@ -279,11 +288,21 @@ class MCPConnection:
         try:
             async with sink:
                 async for message in source:
+                    if isinstance(message, Exception):
+                        self._note_noise(message)
                     await sink.send(message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the session is closing first: not a crash
         if self._queue is not None:
             self._queue.put_nowait(_Closed(generation))
+
+    def _note_noise(self, error: Exception) -> None:
+        """Keep a line the transport could not parse (the SDK hands it over as a validation error)."""
+        errors = getattr(error, "errors", None)
+        line = str(errors()[0].get("input", error)) if callable(errors) and errors() else str(error)
+        if not self._noise:
+            logger.warning("MCP server '%s' wrote non-JSON-RPC text on stdout: %.200r", self.name, line)
+        self._noise = [*self._noise, line[:_NOISE_CHARS]][-_NOISE_LINES:]
 
     async def _wait_for_stop(self, delay_s: float) -> bool:
         """Sleep `delay_s` unless a stop request arrives first (True). Calls keep waiting in the queue."""
@@ -320,8 +339,16 @@ class MCPConnection:
         return f"MCP server '{self.name}' {problem}"
 
     def _with_stderr(self, problem: str) -> str:
+        """A start error: the problem, stray stdout lines (the usual cause) and the stderr tail."""
+        text = self._describe(problem)
+        if self._noise:
+            shown = "\n".join(self._noise)
+            text += (
+                "\n--- it wrote text that is not MCP JSON-RPC on stdout (a stdio server must write only "
+                f"protocol messages there; log to stderr) ---\n{shown}"
+            )
         tail = self.stderr_tail(600).strip()
-        return self._describe(problem) + (f"\n--- its stderr ends with ---\n{tail}" if tail else "")
+        return text + (f"\n--- its stderr ends with ---\n{tail}" if tail else "")
 
 
 @asynccontextmanager

@@ -12,7 +12,8 @@ Why this order: a checkpoint is written into a temporary folder, every file is f
 is the folder renamed to `step_XXXXXX` and `latest` replaced (itself via a temporary file and an atomic
 rename). A crash at any point leaves `latest` naming a complete checkpoint: either the previous one or
 the new one, never a half-written folder. A folder that was renamed but never made `latest` is ignored
-and overwritten when its step is saved again.
+and overwritten when its step is saved again. Temporary folders (`.tmp-*`) left by a writer that was
+killed are swept at the next save: a run has one writer at a time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ LATEST = "latest"
 TRAINER_STATE = "trainer_state.pt"
 RUN_CONFIG = "run_config.yaml"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_NEARLY_FULL_BYTES = 1 << 20
+"""a write that failed with less free space than this failed because the disk is full"""
 
 
 class CheckpointError(RuntimeError):
@@ -77,14 +80,17 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_name(step)
     temporary = root / f".tmp-{step_name(step)}-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
+    _sweep_leftovers(root)
     try:
         _write_folder(temporary, step, model, tokenizer, optimizer_state, config)
         _replace_folder(temporary, final)
         _write_pointer(root, final.name)
-    except OSError as error:
+    except Exception as error:
+        full = _disk_full(error, root)  # before the cleanup frees the space again
         shutil.rmtree(temporary, ignore_errors=True)
-        raise _write_error(error, final, load_latest(run_dir)) from error
+        if full or isinstance(error, OSError):
+            raise _write_error(error, final, load_latest(run_dir), full) from error
+        raise
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
@@ -115,6 +121,14 @@ def _write_folder(
     _fsync_dir(folder)
 
 
+def _sweep_leftovers(root: Path) -> None:
+    """Delete what an earlier writer left when it was killed mid-save (never a complete checkpoint)."""
+    for leftover in root.glob(".tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in root.glob(f".{LATEST}.tmp-*"):
+        leftover.unlink(missing_ok=True)
+
+
 def _replace_folder(temporary: Path, final: Path) -> None:
     """Rename `temporary` to `final`; a stale `final` (renamed but never made latest) is replaced."""
     if final.exists():
@@ -135,11 +149,27 @@ def _write_pointer(root: Path, name: str) -> None:
     _fsync_dir(root)
 
 
-def _write_error(error: OSError, target: Path, previous: Checkpoint | None) -> CheckpointError:
+def _disk_full(error: BaseException, root: Path) -> bool:
+    """Whether `error` comes from a full disk. torch.save reports one as a bare C++ stream error
+    ("basic_ios::clear: iostream error"), so the free space is checked too, not just the errno."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        return shutil.disk_usage(root).free < _NEARLY_FULL_BYTES
+    except OSError:
+        return False
+
+
+def _write_error(
+    error: BaseException, target: Path, previous: Checkpoint | None, full: bool
+) -> CheckpointError:
     kept = (
         f"the previous checkpoint {previous.path} is intact" if previous else "no earlier checkpoint exists"
     )
-    if error.errno == errno.ENOSPC:
+    if full:
         return CheckpointError(
             f"disk full while writing checkpoint {target}: free space on that disk, lower "
             f"grpo.keep_last, or set output_dir elsewhere; {kept}"

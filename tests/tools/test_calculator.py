@@ -1,6 +1,6 @@
-"""The calculator server: exact answers in the trained format, and refusal of anything but arithmetic."""
+"""The calculator server: exact answers in the trained format. Refusing anything but arithmetic is a
+security case: tests/faults/test_security.py."""
 
-import time
 
 import pytest
 
@@ -27,34 +27,6 @@ from rlfactory_nb.tools.servers.calculator import evaluate
 )
 def test_arithmetic_answers_are_just_the_number(expression, answer):
     assert evaluate(expression) == answer
-
-
-@pytest.mark.parametrize(
-    "expression",
-    [
-        "__import__('os').system('id')",
-        "(1).__class__.__bases__",
-        "open('/etc/passwd').read()",
-        "x + 1",
-        "[1, 2][0]",
-        "'a' * 3",
-        "[x for x in (1, 2)]",
-        "lambda: 1",
-        "sqrt(x=4)",
-    ],
-)
-def test_anything_but_arithmetic_is_refused(expression):
-    result = evaluate(expression)
-    assert result.startswith("error: only numbers")
-
-
-@pytest.mark.parametrize(
-    "expression", ["10**10**10", "9**9**9", "2**100000", "(10**999)*(10**999)", "1e308*10"]
-)
-def test_huge_results_are_refused_fast(expression):
-    start = time.perf_counter()
-    assert evaluate(expression).startswith("error: result too large")
-    assert time.perf_counter() - start < 0.1
 
 
 @pytest.mark.parametrize(

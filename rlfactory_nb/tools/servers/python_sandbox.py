@@ -6,11 +6,13 @@ temporary working directory that is deleted afterwards, with:
   * RLIMIT_CPU (CPU seconds) and RLIMIT_AS (address space, i.e. memory),
   * RLIMIT_FSIZE on its output files: stdout and stderr go to files in the temp dir, so a snippet that
     prints forever is stopped at the cap instead of filling the server's memory,
-  * RLIMIT_NPROC is left alone (it is per user, so it would also limit the server's own user).
+  * on Linux, kernel confinement (confine.py): files may be written only inside the temporary
+    directory (Landlock), no new processes can be started (seccomp; threads are fine), and where the
+    kernel allows, no TCP connections. RLIMIT_NPROC is not used: it is per user and root ignores it.
 
-This contains accidents and runaway code from a model being trained; it is NOT a security boundary
-(the code can still read files and use the network as the server's user). Run untrusted workloads
-in a container.
+This contains accidents and runaway code from a model being trained; it is NOT a hardened boundary
+(the code can still read files the server's user can read, and without Landlock it can write them).
+The server logs at start which confinement this kernel gives. Run hostile workloads in a container.
 
     python -m rlfactory_nb.tools.servers.python_sandbox --timeout-s 5 --cpu-s 5 --memory-mb 512
 """
@@ -29,6 +31,8 @@ from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
+from rlfactory_nb.tools.servers import confine
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -42,6 +46,10 @@ class Limits:
     """characters of stdout and of stderr reported back"""
     output_file_mb: int = 8
     """largest file the code may write (RLIMIT_FSIZE), including its stdout and stderr"""
+    confine: bool = True
+    """kernel confinement (confine.py): writes only in the temp dir, no new processes, no TCP"""
+    network: bool = False
+    """allow TCP connections (only matters when `confine` is on and the kernel supports it)"""
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class RunReport:
 
 async def run_code(code: str, limits: Limits = Limits()) -> RunReport:
     """Run `code` in a limited subprocess and report what happened."""
+    confinement = confine.prepare(limits.network) if limits.confine else None
     with tempfile.TemporaryDirectory(prefix="rlf-sandbox-") as workdir:
         script = Path(workdir) / "main.py"
         script.write_text(code, encoding="utf-8")
@@ -78,7 +87,7 @@ async def run_code(code: str, limits: Limits = Limits()) -> RunReport:
                 stdout=out,
                 stderr=err,
                 env=_minimal_env(workdir),
-                preexec_fn=lambda: _apply_limits(limits),
+                preexec_fn=lambda: _apply_limits(limits, confinement, workdir),
                 start_new_session=True,
             )
             timed_out = await _wait(process, limits.timeout_s)
@@ -104,7 +113,7 @@ async def _wait(process: asyncio.subprocess.Process, timeout_s: float) -> bool:
         return True
 
 
-def _apply_limits(limits: Limits) -> None:
+def _apply_limits(limits: Limits, confinement: confine.Confinement | None, workdir: str) -> None:
     """Runs in the child between fork and exec."""
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
     memory = limits.memory_mb * 1024 * 1024
@@ -112,12 +121,15 @@ def _apply_limits(limits: Limits) -> None:
     size = limits.output_file_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if confinement is not None:
+        confinement.apply(workdir)
 
 
 def _minimal_env(workdir: str) -> dict[str, str]:
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": workdir,
+        "TMPDIR": workdir,  # tempfile writes where the confinement allows
         "LANG": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
     }
@@ -160,8 +172,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb)
     parser.add_argument("--output-chars", type=int, default=defaults.output_chars)
     parser.add_argument("--output-file-mb", type=int, default=defaults.output_file_mb)
+    parser.add_argument("--no-confine", action="store_true", help="rlimits only: no Landlock, no seccomp")
+    parser.add_argument("--network", action="store_true", help="allow TCP connections from the code")
     args = parser.parse_args(argv)
-    limits = Limits(args.timeout_s, args.cpu_s, args.memory_mb, args.output_chars, args.output_file_mb)
+    limits = Limits(
+        args.timeout_s, args.cpu_s, args.memory_mb, args.output_chars, args.output_file_mb,
+        confine=not args.no_confine, network=args.network,
+    )
+    confinement = confine.prepare(limits.network).describe() if limits.confine else "off (--no-confine)"
+    print(f"python_sandbox: confinement: {confinement}", file=sys.stderr, flush=True)
     build_server(limits).run("stdio")
 
 

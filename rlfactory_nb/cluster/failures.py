@@ -1,0 +1,61 @@
+"""A dead Ray actor, said so that a person can act on it.
+
+Ray reports an actor whose process died as a `RayActorError` carrying an actor id and a long text.
+The trainer knows its actors by role ("policy worker 1 of 2", "engine actor 0"); matching the id
+turns the error into "policy worker 1 of 2 (pid 4242) died: <Ray's reason>". Ray is looked at only
+when it is already imported, so the local backend never pays for it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+_PID = re.compile(r"\bpid: (\d+)")
+_EXIT_DETAIL = re.compile(r"(?:Worker exit detail|The actor is dead because)[:]? ([^\n]+)")
+
+
+def backend_actors(backend: Any) -> dict[str, Any]:
+    """The backend's Ray actors by role (empty for a backend without any, such as LocalBackend)."""
+    workers = list(getattr(backend, "workers", None) or [])
+    engines = list(getattr(getattr(backend, "engine", None), "actors", None) or [])
+    named = {f"policy worker {rank} of {len(workers)}": worker for rank, worker in enumerate(workers)}
+    named.update({f"engine actor {index}": actor for index, actor in enumerate(engines)})
+    return named
+
+
+def describe_failure(error: BaseException, actors: Mapping[str, Any]) -> str:
+    """`error` in one paragraph; when it is a Ray actor death, which of `actors` died and why."""
+    dead = _actor_error(error)
+    if dead is None:
+        return f"{type(error).__name__}: {error}"
+    text = str(dead)
+    role = next((name for name, handle in actors.items() if _actor_id(handle) == dead.actor_id), None)
+    who = role or f"a Ray actor ({dead.actor_id})"
+    pid = _PID.search(text)
+    reason = _EXIT_DETAIL.search(text)
+    return (
+        f"{who}{f' (pid {pid.group(1)})' if pid else ''} died"
+        + (f": {reason.group(1).strip()}" if reason else "")
+        + " (its process was killed or crashed: check the machine's memory (OOM killer) and the worker log)"
+    )
+
+
+def _actor_error(error: BaseException) -> Any:
+    """The RayActorError in `error`'s cause chain, or None."""
+    exceptions = sys.modules.get("ray.exceptions")
+    if exceptions is None:
+        return None
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, exceptions.RayActorError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _actor_id(handle: Any) -> str | None:
+    actor_id = getattr(handle, "_actor_id", None)
+    return actor_id.hex() if actor_id is not None else None
