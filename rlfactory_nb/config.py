@@ -66,7 +66,7 @@ class RolloutConfig:
     parser: str = "qwen3"
     """tool-call parser, by registry name ("qwen3", "hermes")"""
     max_turns: int = 4
-    """assistant turns per trajectory"""
+    """assistant turns per trajectory; tool calls in the last one are not run (nothing would read them)"""
     max_new_tokens: int = 128
     """tokens generated per assistant turn"""
     max_total_tokens: int = 1024

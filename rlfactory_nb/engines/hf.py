@@ -219,8 +219,12 @@ class HFEngine:
         top_k = torch.tensor([r.sampling.top_k for r in batch], device=device)
         stop_ids = torch.tensor(self._stop_token_ids, device=device)
         position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, L)
-        output = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True
+        output = self.model(  # the prefill: only the last position's logits are sampled from
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
         )
         for _ in range(max(row.limit for row in rows)):
             logits = output.logits[:, -1, :]  # (B, V)

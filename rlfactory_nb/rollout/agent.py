@@ -209,14 +209,16 @@ class AgentSession:
             return self._finish("length", turn)
         if not turn.calls and not turn.parse_errors:
             return self._finish("stop", turn)
+        if traj.num_turns >= agent.max_turns:
+            # The model would never read these results: no tool time, and no masked feedback tokens
+            # that every later forward pass (training, reference, recompute) would have to carry.
+            return self._finish("max_turns", turn)
         tool_messages = await agent._call_tools(turn)
         delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking)
         if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
             return self._finish("length", turn)
         progress.add(delta, sampled=False)
         traj.messages.extend(tool_messages)
-        if traj.num_turns >= agent.max_turns:
-            return self._finish("max_turns", turn)
         return turn
 
     async def run(self) -> Trajectory:

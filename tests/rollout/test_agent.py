@@ -55,6 +55,10 @@ async def test_turn_limit_and_token_budget_end_trajectories(tokenizer):
     async with ToolSet.from_config(CALCULATOR) as tools:
         capped = await agent_for(tokenizer, tools, loop_forever, max_turns=3).rollout([{"role": "user", "content": "again"}])
         assert capped.finish_reason == "max_turns" and capped.num_turns == 3
+        # the last turn's call is not run: its result would be tokens the model never answers
+        assert len(capped.tool_results()) == 2
+        assert capped.response_ids[-1] == tokenizer.eos_token_id and capped.loss_mask[-1] == 1
+        assert [m["role"] for m in capped.messages][-2:] == ["tool", "assistant"]
         agent = agent_for(tokenizer, tools, loop_forever, max_turns=10, max_total_tokens=400)
         short = await agent.rollout([{"role": "user", "content": "again"}])
     assert short.finish_reason == "length"
