@@ -45,3 +45,19 @@ def test_token_logprobs_use_the_unmodified_distribution():
     logits = torch.tensor([[1.0, 2.0, 3.0]])
     expected = torch.log_softmax(logits, dim=-1)[0, 2]
     assert torch.isclose(token_logprobs(logits, torch.tensor([2]))[0], expected)
+
+
+def test_a_rows_token_does_not_depend_on_the_other_rows_settings():
+    """A seeded request must sample the same wherever the engine batches it."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(1, 50, generator=generator).expand(4, -1)
+    uniforms = torch.rand(1, generator=generator).expand(4)
+    top_p, top_k = torch.tensor([1.0, 0.3, 1.0, 0.9]), torch.tensor([-1, -1, 5, 2])
+    mixed = sample_tokens(logits, torch.ones(4), top_p, top_k, uniforms)
+    for row in range(4):
+        alone = sample_tokens(
+            logits[:1], torch.ones(1), top_p[row : row + 1], top_k[row : row + 1], uniforms[:1]
+        )
+        assert mixed[row] == alone[0]
+    # and the filters did act: the top-1-ish rows stay within their kept sets
+    assert mixed[3] in logits[0].topk(2).indices
