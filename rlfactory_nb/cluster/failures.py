@@ -26,6 +26,10 @@ def backend_actors(backend: Any) -> dict[str, Any]:
     return named
 
 
+def is_actor_death(error: BaseException) -> bool:
+    return _actor_error(error) is not None
+
+
 def describe_failure(error: BaseException, actors: Mapping[str, Any]) -> str:
     """`error` in one paragraph; when it is a Ray actor death, which of `actors` died and why."""
     dead = _actor_error(error)

@@ -170,7 +170,8 @@ class Trainer:
         cfg, step, timer, started = self.cfg.grpo, self.step + 1, _Timer(), time.perf_counter()
         rows = self.order.rows(self.train_rows, step)
         with timer("rollout"):
-            groups = await rollout_groups(self.agent, rows, cfg.group_size, self.cfg.rollout.max_in_flight)
+            rollouts = rollout_groups(self.agent, rows, cfg.group_size, self.cfg.rollout.max_in_flight)
+            groups = await self._on_backend(step, "the rollouts", rollouts, actor_deaths_only=True)
         with timer("reward"):
             outcomes = await self.score(groups)
         rewards = torch.tensor([[o.score for o in group] for group in outcomes])  # (N, G)
@@ -207,12 +208,19 @@ class Trainer:
         row["time/step_s"] = time.perf_counter() - started
         return row
 
-    async def _on_backend(self, step: int, phase: str, work: Awaitable[T]) -> T:
-        """Await backend work; a failure becomes StepFailed saying what died and how to resume."""
+    async def _on_backend(
+        self, step: int, phase: str, work: Awaitable[T], actor_deaths_only: bool = False
+    ) -> T:
+        """Await backend work; a failure becomes StepFailed saying what died and how to resume.
+        With `actor_deaths_only` (rollouts, whose other errors are the user's to see as they are) any
+        other exception passes through unchanged."""
         try:
             return await work
         except Exception as error:
-            from rlfactory_nb.cluster.failures import backend_actors, describe_failure
+            from rlfactory_nb.cluster.failures import backend_actors, describe_failure, is_actor_death
+
+            if actor_deaths_only and not is_actor_death(error):
+                raise
 
             where = self.last_checkpoint or "none yet (resuming starts the run over)"
             raise StepFailed(

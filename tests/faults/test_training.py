@@ -50,6 +50,7 @@ def optimizer_state(model, steps: int = 1):
 
 # -- checkpoints --------------------------------------------------------------------------------------
 
+
 def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, tokenizer, monkeypatch):
     model = tiny_random_qwen3()
     first = save_checkpoint(tmp_path, 1, model, tokenizer, optimizer_state(model))
@@ -117,8 +118,15 @@ class Crash(Exception):
     pass
 
 
-def test_a_writer_killed_mid_checkpoint_leaves_the_previous_one_and_the_next_save_cleans_up(tmp_path, tokenizer):
-    done = subprocess.run([sys.executable, str(WRITER), str(tmp_path), "kill-mid-write"], capture_output=True, timeout=120, check=False)
+def test_a_writer_killed_mid_checkpoint_leaves_the_previous_one_and_the_next_save_cleans_up(
+    tmp_path, tokenizer
+):
+    done = subprocess.run(
+        [sys.executable, str(WRITER), str(tmp_path), "kill-mid-write"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == -signal.SIGKILL
     leftovers = [p.name for p in ckpt.checkpoint_dir(tmp_path).iterdir() if p.name.startswith(".tmp-")]
     assert leftovers, "the killed writer left its temporary folder behind"
@@ -132,20 +140,33 @@ def test_a_writer_killed_mid_checkpoint_leaves_the_previous_one_and_the_next_sav
 def _can_mount_tmpfs() -> bool:
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, check=False)
+    probe = subprocess.run(
+        ["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+        capture_output=True,
+        check=False,
+    )
     return probe.returncode == 0
 
 
-@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs unprivileged user+mount namespaces to mount a small tmpfs")
-@pytest.mark.parametrize("size", ["1400k", "4m"], ids=["full-while-writing-weights", "full-while-writing-trainer-state"])
+@pytest.mark.skipif(
+    not _can_mount_tmpfs(), reason="needs unprivileged user+mount namespaces to mount a small tmpfs"
+)
+@pytest.mark.parametrize(
+    "size", ["1400k", "4m"], ids=["full-while-writing-weights", "full-while-writing-trainer-state"]
+)
 def test_a_really_full_disk_is_a_clear_error_and_the_previous_checkpoint_loads(tmp_path, size):
     mount = tmp_path / "small-disk"
     mount.mkdir()
     script = f"mount -t tmpfs -o size={size} tmpfs {mount} && {sys.executable} {WRITER} {mount}/run fill-disk"
-    done = subprocess.run(["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        ["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["error"].startswith("disk full while writing checkpoint") and "step_000001 is intact" in seen["error"]
+    assert (
+        seen["error"].startswith("disk full while writing checkpoint")
+        and "step_000001 is intact" in seen["error"]
+    )
     assert (seen["latest"], seen["loads"], seen["leftovers"]) == (1, True, [])
 
 
@@ -156,7 +177,9 @@ def test_a_really_full_disk_is_a_clear_error_and_the_previous_checkpoint_loads(t
 def no_backend(monkeypatch):
     """Fails the test if the trainer gets as far as starting a backend (Ray workers)."""
     started = []
-    monkeypatch.setattr(loop, "make_backend", lambda *args: started.append(args) or pytest.fail("a backend was started"))
+    monkeypatch.setattr(
+        loop, "make_backend", lambda *args: started.append(args) or pytest.fail("a backend was started")
+    )
     return started
 
 
@@ -204,9 +227,15 @@ def test_a_typo_in_the_config_is_reported_by_the_cli_without_a_traceback(make_cf
 async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no_step(make_cfg):
     ray = pytest.importorskip("ray")
     cfg = make_cfg(
-        grpo__steps=4, grpo__checkpoint_every=2, grpo__mini_batch_size=6, grpo__micro_batch_size=3,
-        cluster__backend="ray", cluster__num_workers=2, cluster__num_engines=1,
-        cluster__cpus_per_worker=0.5, cluster__object_store_memory_gb=0.3,
+        grpo__steps=4,
+        grpo__checkpoint_every=2,
+        grpo__mini_batch_size=6,
+        grpo__micro_batch_size=3,
+        cluster__backend="ray",
+        cluster__num_workers=2,
+        cluster__num_engines=1,
+        cluster__cpus_per_worker=0.5,
+        cluster__object_store_memory_gb=0.3,
     )
     victim: dict[str, int] = {}
     calls = 0
@@ -227,7 +256,9 @@ async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no
     finally:
         await trainer.close()
     message = str(failed.value)
-    assert f"step 3 failed during the policy update: policy worker 1 of 2 (pid {victim['pid']}) died" in message
+    assert (
+        f"step 3 failed during the policy update: policy worker 1 of 2 (pid {victim['pid']}) died" in message
+    )
     assert "step_000002" in message and "resume" in message
     assert [row["step"] for row in read_metrics(cfg.run_dir)] == [1, 2]
     assert load_latest(cfg.run_dir).step == 2
@@ -240,3 +271,37 @@ async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no
     assert resumed == [3, 4]
     assert [row["step"] for row in read_metrics(cfg.run_dir)] == [1, 2, 3, 4]
     assert result.checkpoint == load_latest(cfg.run_dir).path and load_latest(cfg.run_dir).step == 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_an_engine_actor_killed_between_steps_fails_the_next_rollouts_clearly(make_cfg):
+    ray = pytest.importorskip("ray")
+    cfg = make_cfg(
+        grpo__steps=3,
+        grpo__checkpoint_every=1,
+        cluster__backend="ray",
+        cluster__num_workers=1,
+        cluster__num_engines=1,
+        cluster__cpus_per_worker=0.5,
+        cluster__object_store_memory_gb=0.3,
+    )
+    trainer = Trainer(cfg)
+    try:
+        await trainer.start()
+        engine = trainer.backend.engine.actors[0]
+        pid = ray.get(engine.__ray_call__.remote(lambda actor: os.getpid()))
+
+        def kill_engine_after_step_1(row):
+            if row["step"] == 1:
+                os.kill(pid, signal.SIGKILL)
+
+        with pytest.raises(StepFailed) as failed:
+            await trainer.run(on_step=kill_engine_after_step_1)
+    finally:
+        await trainer.close()
+        ray.shutdown()
+    message = str(failed.value)
+    assert f"step 2 failed during the rollouts: engine actor 0 (pid {pid}) died" in message
+    assert "step_000001" in message and "resume" in message
+    assert load_latest(cfg.run_dir).step == 1
