@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     ),
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy table is the single list of public names
 
 
 def __getattr__(name: str) -> Any:

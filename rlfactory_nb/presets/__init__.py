@@ -53,7 +53,10 @@ def tiny_config() -> Qwen3Config:
     )
 
 
-def recipe_hash(warm: WarmStartConfig = WarmStartConfig()) -> str:
+DEFAULT_WARM_START = WarmStartConfig()
+
+
+def recipe_hash(warm: WarmStartConfig = DEFAULT_WARM_START) -> str:
     recipe = {
         "version": RECIPE_VERSION,
         "model": tiny_config().to_dict(),
@@ -74,10 +77,12 @@ def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
     return path
 
 
-def build_tiny_calculator(path: Path, warm: WarmStartConfig = WarmStartConfig(), log: Callable[[str], None] = print) -> Path:
+def build_tiny_calculator(
+    path: Path, warm: WarmStartConfig = DEFAULT_WARM_START, log: Callable[[str], None] = print
+) -> Path:
     """Build, warm-start and save the preset; written to a temp folder first so a crash leaves no
     half-built cache entry."""
-    log(f"building tiny-calculator (first use only, ~3 min on 2 cores) into {path}")
+    log(f"building tiny-calculator (first use only, about 4 min on 2 cores) into {path}")
     tokenizer = build_tokenizer()
     assert tokenizer.eos_token_id == tiny_config().eos_token_id
     torch.manual_seed(warm.seed)

@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for tiny_models
-from tiny_models import random_qwen3  # noqa: E402
+from tiny_models import random_qwen3
 
-from rlfactory_nb.train import parallel  # noqa: E402
-from rlfactory_nb.train.batch import build_batch  # noqa: E402
-from rlfactory_nb.train.update import UpdateSettings, policy_update  # noqa: E402
-from rlfactory_nb.types import Trajectory  # noqa: E402
+from rlfactory_nb.train import parallel
+from rlfactory_nb.train.batch import build_batch
+from rlfactory_nb.train.update import UpdateSettings, policy_update
+from rlfactory_nb.types import Trajectory
 
 SETTINGS = UpdateSettings(loss="grpo", mini_batch_size=5, micro_batch_size=2)
 
