@@ -24,7 +24,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rlfactory_nb as rf
-from bench._common import command_block, machine_line, markdown_table, peak_rss_mib, write_result
+from bench._common import (
+    RESULTS_DIR,
+    command_block,
+    machine_line,
+    markdown_table,
+    peak_rss_mib,
+    write_result,
+)
 
 NAME = "learning"
 
@@ -182,13 +189,9 @@ def markdown(
             f"(about {data['seconds_per_step']} s a step on average); peak RSS {data['peak_rss_mib']} MiB."
         ),
         "- Rollouts are sampled, so reruns differ by a few points.",
-        f"- Output: `{out}/learning.csv` (step, wall_s, train_reward, eval_sampled_reward, "
-        "eval_greedy_reward, eval_tool_call_rate)"
-        + (
-            f" and `{out}/learning.png`."
-            if plotted
-            else "; `learning.png` was not written (matplotlib missing)."
-        ),
+        "- Output: `bench/results/learning.csv` (step, wall_s, train_reward, eval_sampled_reward, "
+        f"eval_greedy_reward, eval_tool_call_rate) and the plot below, copied from the run folder `{out}/`"
+        + ("." if plotted else "; `learning.png` was not written (matplotlib missing)."),
     ]
     if data["before"] and data["before"]["eval_greedy_reward"] < 0.05:
         bullets.insert(
@@ -203,6 +206,7 @@ def markdown(
             machine,
             table,
             "\n".join(bullets),
+            *(["![held-out reward vs step](bench/results/learning.png)"] if plotted else []),
         ]
     )
 
@@ -221,6 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = table_rows(rf.read_metrics(result.run_dir), started)
     write_csv(rows, result.run_dir / "learning.csv")
     plotted = write_plot(rows, result.run_dir / "learning.png")
+    for name in ("learning.csv", "learning.png") if plotted else ("learning.csv",):
+        shutil.copy(result.run_dir / name, RESULTS_DIR / name)  # kept with BENCHMARKS.md
     table = before_after(rows, cfg.data.eval_size)
     data = summary(rows, result, cfg, elapsed)
     write_result(NAME, data, markdown(data, table, plotted, argv, machine, args.out))

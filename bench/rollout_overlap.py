@@ -376,9 +376,10 @@ def _cache_note(per: dict[str, Any]) -> str:
     if not repeats:
         return "- Cache: no call repeats an earlier one in this workload, so the cache cannot hit."
     return f"""- Cache: {repeats:.0%} of calls repeat an earlier call of the same run (a group's samples ask the same
-  question), yet the hit rate is {_percent(per["c+cache"]["cache_hit_rate"])} in (c) and {_percent(per["b+cache"]["cache_hit_rate"])} in (b): a group's samples make
-  the same call at the same moment, and the cache stores a result only when it returns, so concurrent
-  duplicates all miss. Coalescing in-flight duplicates would turn those repeats into hits."""
+  question), and the hit rate is {_percent(per["c+cache"]["cache_hit_rate"])} in (c) and {_percent(per["b+cache"]["cache_hit_rate"])} in (b): a group's samples make
+  the same call at the same moment, before any result is stored, and the ToolSet shares a call that is
+  still in flight with identical ones. The wall time barely moves because the repeats ran in parallel
+  with their first copy anyway; what the cache saves here is tool load (calls the server never sees)."""
 
 
 def _percent(value: float | None) -> str:

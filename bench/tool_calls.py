@@ -223,7 +223,8 @@ server process (bench/latency_server.py). Throughput: callers sharing one server
   {top["slow_tool_calls_per_s"]:.0f} calls/s of an ideal {top["slow_tool_ideal_calls_per_s"]:.0f}; once concurrency / latency passes that
   per-call ceiling, the overhead, not the tool's latency, is the limit.
 - A cache hit answers in {latency["ToolSet cache hit"]["p50_ms"]:.3f} ms ({latency["ToolCache.get alone"]["p50_ms"] * 1000:.1f} us of it the lookup): a repeated call costs
-  almost nothing, but only once the first call has returned (see the rollout section's cache note).
+  almost nothing; an identical call made while the first is still running waits for that one instead
+  of calling again (see the rollout section's cache note).
 """
 
 
