@@ -12,7 +12,8 @@ there without touching the caller's threads.
 The sampling loop is our own rather than `model.generate`: it returns the exact logprob of each
 sampled token (matching a teacher-forced forward pass, which `generate(output_scores=...)` did not
 to better than 2e-3), stops each row on its own stop tokens and budget, and takes per-row sampling
-settings. Prompts are left-padded so every row's next token sits in the last column.
+settings. Prompts are left-padded so every row's next token sits in the last column. A row that
+finishes leaves the batch (with its KV cache rows), so the rest decode without computing it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,26 @@ class _Row:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _RowSettings:
+    """Per-row sampling settings of a batch, as tensors."""
+
+    temperature: torch.Tensor
+    top_p: torch.Tensor
+    top_k: torch.Tensor
+
+    @classmethod
+    def of(cls, sampling: list[SamplingParams], device: torch.device) -> _RowSettings:
+        return cls(
+            torch.tensor([s.temperature for s in sampling], device=device),
+            torch.tensor([s.top_p for s in sampling], device=device),
+            torch.tensor([s.top_k for s in sampling], device=device),
+        )
+
+    def select(self, rows: torch.Tensor) -> _RowSettings:
+        return _RowSettings(self.temperature[rows], self.top_p[rows], self.top_k[rows])
 
 
 class HFEngine:
@@ -214,9 +235,7 @@ class HFEngine:
         device = self.device
         input_ids, attention_mask = self._left_pad([request.prompt_ids for request in batch], device)
         rows = [self._new_row(request.sampling) for request in batch]
-        temperature = torch.tensor([r.sampling.temperature for r in batch], device=device)
-        top_p = torch.tensor([r.sampling.top_p for r in batch], device=device)
-        top_k = torch.tensor([r.sampling.top_k for r in batch], device=device)
+        settings = _RowSettings.of([request.sampling for request in batch], device)
         stop_ids = torch.tensor(self._stop_token_ids, device=device)
         position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # (B, L)
         output = self.model(  # the prefill: only the last position's logits are sampled from
@@ -226,23 +245,33 @@ class HFEngine:
             use_cache=True,
             logits_to_keep=1,
         )
+        live = rows  # the rows still generating, in batch order
         for _ in range(max(row.limit for row in rows)):
-            logits = output.logits[:, -1, :]  # (B, V)
-            uniforms = torch.stack([torch.rand((), generator=row.generator) for row in rows]).to(device)
-            tokens = sample_tokens(logits, temperature, top_p, top_k, uniforms)  # (B,)
-            logprobs = token_logprobs(logits, tokens)  # (B,)
+            logits = output.logits[:, -1, :]  # (b, V)
+            uniforms = torch.stack([torch.rand((), generator=row.generator) for row in live]).to(device)
+            tokens = sample_tokens(logits, settings.temperature, settings.top_p, settings.top_k, uniforms)
+            logprobs = token_logprobs(logits, tokens)  # (b,)
             stopped = torch.isin(tokens, stop_ids)
-            for row, token, logprob, stop in zip(rows, tokens.tolist(), logprobs.tolist(), stopped.tolist()):
+            for row, token, logprob, stop in zip(live, tokens.tolist(), logprobs.tolist(), stopped.tolist()):
                 self._append(row, token, logprob, stop)
-            if all(row.finish_reason is not None for row in rows):
+            going = [index for index, row in enumerate(live) if row.finish_reason is None]
+            if not going:
                 break
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(rows), 1)], dim=1)
+            cache = output.past_key_values
+            if len(going) < len(live) and hasattr(cache, "batch_select_indices"):
+                # Drop finished rows (and their KV cache) so later steps compute only live ones.
+                keep = torch.tensor(going, device=device)
+                cache.batch_select_indices(keep)
+                tokens, attention_mask, position_ids = tokens[keep], attention_mask[keep], position_ids[keep]
+                settings = settings.select(keep)
+                live = [live[index] for index in going]
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(live), 1)], dim=1)
             position_ids = position_ids[:, -1:] + 1
             output = self.model(
                 input_ids=tokens[:, None],
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=output.past_key_values,
+                past_key_values=cache,
                 use_cache=True,
             )
         return [Generation(row.token_ids, row.logprobs, row.finish_reason or "length") for row in rows]
