@@ -151,10 +151,10 @@ def comparison_bullets(rows: list[dict[str, Any]]) -> list[str]:
         )
     if vllm_ahead:
         bullets.append(
-            f"- Where vLLM is ahead ({', '.join(vllm_ahead)} concurrent): the hf engine runs a static "
-            "batch, so a finished row keeps being computed until the batch's longest row is done, and its "
-            "sampling loop does per-row Python work every token; vLLM drops finished requests from the batch (continuous batching) and samples in "
-            "compiled code."
+            f"- Where vLLM is ahead ({', '.join(vllm_ahead)} concurrent): the hf engine's batch is fixed "
+            "when it starts (finished rows leave it, but requests arriving meanwhile wait for the next "
+            "batch) and its sampling loop does per-row Python work every token; vLLM admits new requests "
+            "into the running batch (continuous batching) and samples in compiled code."
         )
     return bullets
 
