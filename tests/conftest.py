@@ -1,6 +1,13 @@
-"""Fixtures shared across the suite: the embedded tiny model, built once per cache folder."""
+"""Fixtures shared across the suite: the embedded tiny model (built once per cache folder) and the
+OpenAI-compatible stub server the judge tests talk to."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+JUDGE_STUB = Path(__file__).parent / "rewards" / "openai_stub_server.py"
 
 
 @pytest.fixture(scope="session")
@@ -9,3 +16,14 @@ def tiny_policy():
     from rlfactory_nb.policy import Policy
 
     return Policy.load("tiny-calculator")
+
+
+@pytest.fixture(scope="module")
+def judge_server():
+    """tests/rewards/openai_stub_server.py on 127.0.0.1; each request's behaviour is scripted by its
+    model name (see that file)."""
+    process = subprocess.Popen([sys.executable, str(JUDGE_STUB)], stdout=subprocess.PIPE, text=True)
+    port = int(process.stdout.readline())
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=5)

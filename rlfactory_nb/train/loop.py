@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlfactory_nb._async import run_sync
-from rlfactory_nb.algo.advantages import group_advantages, turn_advantages, turn_index, zero_variance_groups
+from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.base import SamplingParams
 from rlfactory_nb.policy import Policy
@@ -41,10 +41,11 @@ from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.train import checkpoint as ckpt
-from rlfactory_nb.train.batch import build_batch
+from rlfactory_nb.train.batch import build_batch, turn_level_advantages
 from rlfactory_nb.train.data import PromptOrder, load_rows
 from rlfactory_nb.train.metrics import (
     MetricsWriter,
+    StepTimer,
     read_metrics,
     reward_metrics,
     rollout_metrics,
@@ -167,7 +168,7 @@ class Trainer:
 
     async def step_once(self) -> dict[str, Any]:
         """Run the next step; returns its metrics row."""
-        cfg, step, timer, started = self.cfg.grpo, self.step + 1, _Timer(), time.perf_counter()
+        cfg, step, timer, started = self.cfg.grpo, self.step + 1, StepTimer(), time.perf_counter()
         rows = self.order.rows(self.train_rows, step)
         with timer("rollout"):
             rollouts = rollout_groups(self.agent, rows, cfg.group_size, self.cfg.rollout.max_in_flight)
@@ -245,7 +246,7 @@ class Trainer:
             return torch.zeros(0)
         if not all(o.turn_scores for group in outcomes for o in group):
             return group_advantages(rewards, scale=scale).flatten()
-        return _turn_level(groups, outcomes, scale)
+        return turn_level_advantages(groups, [[o.turn_scores for o in g] for g in outcomes], scale)
 
     def _save_trajectories(
         self, groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], step: int
@@ -371,28 +372,6 @@ def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:
 # ---------------------------------------------------------------------- helpers
 
 
-def _turn_level(
-    groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], scale: bool
-) -> list[list[float]]:
-    """Per-token advantages from per-turn rewards (reward-to-go, see algo.advantages.turn_advantages)."""
-    flat = [traj for group in groups for traj in group]
-    masks = [torch.tensor(traj.loss_mask, dtype=torch.long) for traj in flat]
-    width = max(len(mask) for mask in masks)
-    token_turn = torch.full((len(flat), width), -1, dtype=torch.long)
-    for row, mask in enumerate(masks):
-        token_turn[row, : len(mask)] = turn_index(mask)
-    turns = max(max(len(o.turn_scores or []) for g in outcomes for o in g), int(token_turn.max()) + 1, 1)
-    turn_rewards = torch.zeros(len(flat), turns)
-    for row, outcome in enumerate(o for group in outcomes for o in group):
-        scores = outcome.turn_scores or []
-        turn_rewards[row, : len(scores)] = torch.tensor(scores, dtype=torch.float32)
-    size = len(groups[0])
-    per_token = turn_advantages(
-        turn_rewards.view(len(groups), size, turns), token_turn.view(len(groups), size, width), scale=scale
-    ).view(len(flat), width)
-    return [per_token[row, : len(traj.response_ids)].tolist() for row, traj in enumerate(flat)]
-
-
 def _per_trajectory(advantages: torch.Tensor | list[list[float]]) -> list[float]:
     if isinstance(advantages, torch.Tensor):
         return advantages.tolist()
@@ -406,19 +385,3 @@ def _sampled(groups: list[list[Trajectory]]) -> int:
 async def _maybe_await(value: Any) -> None:
     if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
         await value
-
-
-class _Timer:
-    def __init__(self) -> None:
-        self._seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._seconds[f"time/{name}_s"] = time.perf_counter() - started
-
-    def seconds(self) -> dict[str, float]:
-        return dict(self._seconds)

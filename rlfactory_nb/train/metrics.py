@@ -23,13 +23,14 @@ A resumed run first drops rows past its checkpoint (`truncate_after`), so every 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,24 @@ def _std(values: Sequence[float]) -> float:
         return 0.0
     mean = _mean(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+class StepTimer:
+    """Wall time per phase of a step, as `time/<phase>_s` metrics: `with timer("rollout"): ...`."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._seconds[f"time/{name}_s"] = time.perf_counter() - started
+
+    def seconds(self) -> dict[str, float]:
+        return dict(self._seconds)
 
 
 class MetricsWriter:

@@ -2,13 +2,11 @@
 an OpenAI-compatible stub for the judge. Each fault is injected for real (a killed process, a
 hanging server, a full disk) wherever the machine allows it."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from tiny_models import random_qwen3, save_with_tokenizer
+from tiny_models import random_qwen3, save_with_tokenizer, tiny_run_config
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.presets.tokenizer import build_tokenizer
@@ -16,7 +14,6 @@ from rlfactory_nb.presets.tokenizer import build_tokenizer
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 TEST_SERVER = TESTS / "tools" / "servers" / "test_server.py"
-JUDGE_STUB = TESTS / "rewards" / "openai_stub_server.py"
 FAULT_REWARDS = Path(__file__).with_name("fault_rewards.py")
 CALL = '<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
 
@@ -43,31 +40,12 @@ def make_cfg(tiny_dir, tmp_path):
     keyword overrides are dotted keys written with `__`."""
 
     def make(reward: str = "first_token", **overrides) -> RunConfig:
-        data = {
-            "name": "faults",
-            "output_dir": str(tmp_path / "runs"),
-            "model": {"name": str(tiny_dir), "device": "cpu"},
-            "rollout": {"max_turns": 1, "max_new_tokens": 6, "max_total_tokens": 256, "drift_check": "off"},
-            "reward": {"function": f"{FAULT_REWARDS}:{reward}"},
-            "grpo": {
-                "steps": 2, "prompts_per_step": 3, "group_size": 4, "lr": 1e-2, "mini_batch_size": 12,
-                "micro_batch_size": 6, "eval_every": 0, "checkpoint_every": 0,
-            },
-        }
-        return RunConfig.from_dict(data, overrides={k.replace("__", "."): v for k, v in overrides.items()})
+        settings = {"grpo__micro_batch_size": 6, **overrides}
+        return tiny_run_config(
+            tiny_dir, tmp_path / "runs", f"{FAULT_REWARDS}:{reward}", name="faults", **settings
+        )
 
     return make
-
-
-@pytest.fixture(scope="module")
-def judge_server():
-    """tests/rewards/openai_stub_server.py on 127.0.0.1; each request's behaviour is scripted by its
-    model name (see that file)."""
-    process = subprocess.Popen([sys.executable, str(JUDGE_STUB)], stdout=subprocess.PIPE, text=True)
-    port = int(process.stdout.readline())
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=5)
 
 
 @pytest.fixture

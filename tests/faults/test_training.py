@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from tiny_models import random_qwen3
+from tiny_models import adam_state, random_qwen3
 
 from rlfactory_nb.cli import main as cli_main
 from rlfactory_nb.cluster import launch
@@ -36,31 +35,19 @@ pytestmark = pytest.mark.timeout(240)
 WRITER = Path(__file__).with_name("checkpoint_writer.py")
 
 
-def tiny_random_qwen3():
-    return random_qwen3()
-
-
-def optimizer_state(model, steps: int = 1):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for _ in range(steps):
-        model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
-        optimizer.step()
-    return optimizer.state_dict()
-
-
 # -- checkpoints --------------------------------------------------------------------------------------
 
 
 def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, tokenizer, monkeypatch):
-    model = tiny_random_qwen3()
-    first = save_checkpoint(tmp_path, 1, model, tokenizer, optimizer_state(model))
+    model = random_qwen3()
+    first = save_checkpoint(tmp_path, 1, model, tokenizer, adam_state(model))
 
     def crash(*args, **kwargs):
         raise RuntimeError("killed mid-write")
 
     monkeypatch.setattr(ckpt.torch, "save", crash)
     with pytest.raises(RuntimeError, match="killed mid-write"):
-        save_checkpoint(tmp_path, 2, model, tokenizer, optimizer_state(model))
+        save_checkpoint(tmp_path, 2, model, tokenizer, adam_state(model))
     assert load_latest(tmp_path) == first
     assert [c.step for c in list_checkpoints(tmp_path)] == [1]
     leftovers = [p.name for p in ckpt.checkpoint_dir(tmp_path).iterdir() if p.name.startswith(".")]
@@ -69,15 +56,15 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, tokenize
 
 
 def test_disk_full_is_a_clear_error(tmp_path, tokenizer, monkeypatch):
-    model = tiny_random_qwen3()
-    first = save_checkpoint(tmp_path, 1, model, tokenizer, optimizer_state(model))
+    model = random_qwen3()
+    first = save_checkpoint(tmp_path, 1, model, tokenizer, adam_state(model))
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(ckpt.torch, "save", full)
     with pytest.raises(CheckpointError, match="disk full") as raised:
-        save_checkpoint(tmp_path, 2, model, tokenizer, optimizer_state(model))
+        save_checkpoint(tmp_path, 2, model, tokenizer, adam_state(model))
     assert str(first.path) in str(raised.value) and "intact" in str(raised.value)
     assert load_latest(tmp_path) == first
 
@@ -132,7 +119,7 @@ def test_a_writer_killed_mid_checkpoint_leaves_the_previous_one_and_the_next_sav
     assert leftovers, "the killed writer left its temporary folder behind"
     assert load_latest(tmp_path).step == 1 and [c.step for c in list_checkpoints(tmp_path)] == [1]
     assert Policy.load(load_latest(tmp_path).path, device="cpu").num_parameters > 0
-    save_checkpoint(tmp_path, 2, tiny_random_qwen3(), tokenizer, {})
+    save_checkpoint(tmp_path, 2, random_qwen3(), tokenizer, {})
     assert load_latest(tmp_path).step == 2
     assert not [p for p in ckpt.checkpoint_dir(tmp_path).iterdir() if p.name.startswith(".tmp-")]
 

@@ -3,7 +3,6 @@ a subprocess on 127.0.0.1), whose behaviour each test scripts through the model 
 that is down, slow, failing or answering garbage: tests/faults/test_rewards.py."""
 
 import asyncio
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlencode
@@ -21,12 +20,8 @@ from openai_stub_server import COMPLETION_TOKENS, PROMPT_TOKENS
 
 
 @pytest.fixture(scope="module")
-def server():
-    process = subprocess.Popen([sys.executable, str(STUB)], stdout=subprocess.PIPE, text=True)
-    port = int(process.stdout.readline())
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=5)
+def server(judge_server):
+    return judge_server
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from tiny_models import random_qwen3, save_with_tokenizer
+from tiny_models import random_qwen3, save_with_tokenizer, tiny_run_config
 from transformers import Qwen3ForCausalLM
 
 from rlfactory_nb.config import RunConfig
@@ -27,23 +27,6 @@ def make_cfg(tiny_dir, tmp_path):
     """A small run config on the tiny random model; keyword overrides are dotted keys."""
 
     def make(reward: str = "first_token", **overrides) -> RunConfig:
-        data = {
-            "name": "test",
-            "output_dir": str(tmp_path / "runs"),
-            "model": {"name": str(tiny_dir), "device": "cpu"},
-            "rollout": {"max_turns": 1, "max_new_tokens": 6, "max_total_tokens": 256, "drift_check": "off"},
-            "reward": {"function": f"{REWARDS}:{reward}"},
-            "grpo": {
-                "steps": 2,
-                "prompts_per_step": 3,
-                "group_size": 4,
-                "lr": 1e-2,
-                "mini_batch_size": 12,
-                "micro_batch_size": 5,
-                "eval_every": 0,
-                "checkpoint_every": 0,
-            },
-        }
-        return RunConfig.from_dict(data, overrides={k.replace("__", "."): v for k, v in overrides.items()})
+        return tiny_run_config(tiny_dir, tmp_path / "runs", f"{REWARDS}:{reward}", **overrides)
 
     return make

@@ -1,9 +1,9 @@
 """Checkpoints: what they hold, pruning, resuming a finished run. Crashes and a full disk while writing,
 and resume after a crash, are fault cases: tests/faults/test_training.py."""
 
-
 import pytest
 import torch
+from tiny_models import adam_state
 
 from rlfactory_nb.policy import Policy
 from rlfactory_nb.presets.tokenizer import build_tokenizer
@@ -19,17 +19,9 @@ def tokenizer():
     return build_tokenizer()
 
 
-def optimizer_state(model, steps: int = 1):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for _ in range(steps):
-        model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
-        optimizer.step()
-    return optimizer.state_dict()
-
-
 def test_a_checkpoint_loads_with_policy_load_and_restores_its_state(tmp_path, tokenizer, make_cfg):
     model = tiny_random_qwen3()
-    state = optimizer_state(model, steps=2)
+    state = adam_state(model, steps=2)
     saved = save_checkpoint(tmp_path, 7, model, tokenizer, state, make_cfg())
     assert load_latest(tmp_path) == saved and saved.path.name == "step_000007"
     policy = Policy.load(saved.path, device="cpu")
