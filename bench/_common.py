@@ -92,6 +92,21 @@ def command_block(script: str, args: Sequence[str] = ()) -> str:
     return "    " + " ".join(["OMP_NUM_THREADS=1", "python", script, *args])
 
 
+def section(
+    title: str,
+    script: str,
+    argv: Sequence[str],
+    machine: str,
+    table: str,
+    bullets: Sequence[str],
+    *extra: str,
+) -> str:
+    """A benchmark's BENCHMARKS.md section: title, exact command, machine, table, notes, extras."""
+    return "\n\n".join(
+        [f"## {title}", command_block(script, argv), machine, table, "\n".join(bullets), *extra]
+    )
+
+
 def script_args() -> list[str]:
     """The arguments this script was started with, for the command line shown in its section."""
     return sys.argv[1:]

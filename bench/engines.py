@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (
     Timer,
-    command_block,
     machine_line,
     markdown_table,
+    section,
     write_result,
 )
 
@@ -193,15 +193,8 @@ def markdown(data: dict[str, Any], argv: list[str], machine: str) -> str:
         bullets.append(f"- vLLM not measured: {data['vllm_missing']}.")
     else:
         bullets += comparison_bullets(data["rows"])
-    return "\n\n".join(
-        [
-            "## Rollout engines: transformers (hf) vs vLLM, generated tokens/s",
-            command_block("bench/engines.py", argv),
-            machine,
-            markdown_table(header, table_rows),
-            "\n".join(bullets),
-        ]
-    )
+    title = "Rollout engines: transformers (hf) vs vLLM, generated tokens/s"
+    return section(title, "bench/engines.py", argv, machine, markdown_table(header, table_rows), bullets)
 
 
 def main(argv: list[str] | None = None) -> None:

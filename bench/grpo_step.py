@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (
     ROOT,
-    command_block,
     current_rss_mib,
     machine_line,
     markdown_table,
     peak_rss_mib,
+    section,
     write_result,
 )
 
@@ -439,15 +439,8 @@ def markdown(data: dict[str, Any], argv: list[str], machine: str) -> str:
         "RSS after setup (MiB)",
         "peak RSS (MiB)",
     ]
-    return "\n\n".join(
-        [
-            "## One GRPO step: rlfactory-nb vs TRL GRPOTrainer (same model, prompts and loss)",
-            command_block("bench/grpo_step.py", argv),
-            machine,
-            markdown_table(header, rows),
-            "\n".join(explain(data)),
-        ]
-    )
+    title = "One GRPO step: rlfactory-nb vs TRL GRPOTrainer (same model, prompts and loss)"
+    return section(title, "bench/grpo_step.py", argv, machine, markdown_table(header, rows), explain(data))
 
 
 def explain(data: dict[str, Any]) -> list[str]:

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import rlfactory_nb as rf
 from bench._common import (
     RESULTS_DIR,
-    command_block,
     machine_line,
     markdown_table,
     peak_rss_mib,
+    section,
     write_result,
 )
 
@@ -199,16 +199,9 @@ def markdown(
             "- Greedy reward before training is near 0: after the warm-start the first token is close to "
             "a coin-flip between calling the tool and guessing, and greedy decoding picks guessing.",
         )
-    return "\n\n".join(
-        [
-            "## GRPO learns the calculator task (tiny-calculator preset)",
-            command_block("bench/learning.py", argv),
-            machine,
-            table,
-            "\n".join(bullets),
-            *(["![held-out reward vs step](bench/results/learning.png)"] if plotted else []),
-        ]
-    )
+    plot = ["![held-out reward vs step](bench/results/learning.png)"] if plotted else []
+    title = "GRPO learns the calculator task (tiny-calculator preset)"
+    return section(title, "bench/learning.py", argv, machine, table, bullets, *plot)
 
 
 def main(argv: list[str] | None = None) -> None:

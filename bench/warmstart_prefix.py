@@ -30,7 +30,7 @@ from rlfactory_nb.presets.warmstart import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import command_block, machine_line, markdown_table, write_result
+from bench._common import machine_line, markdown_table, section, write_result
 
 NAME = "warmstart_prefix"
 
@@ -118,15 +118,8 @@ def markdown(data: dict[str, Any], argv: list[str], machine: str) -> str:
             "output layer only where a loss applies."
         ),
     ]
-    return "\n\n".join(
-        [
-            "## Warm-start: shared-prefix loss vs full padded sequences",
-            command_block("bench/warmstart_prefix.py", argv),
-            machine,
-            table,
-            "\n".join(bullets),
-        ]
-    )
+    title = "Warm-start: shared-prefix loss vs full padded sequences"
+    return section(title, "bench/warmstart_prefix.py", argv, machine, table, bullets)
 
 
 def main(argv: list[str] | None = None) -> None:
