@@ -124,9 +124,8 @@ class PolicyWorker:
         return parallel.optimizer_state(self.model, self.optimizer)
 
     def open_sync_group(self, address: GroupAddress) -> None:
-        """Rank 0 joins the weight-broadcast group as its sender (rank 0 there too)."""
-        if self.rank == 0:
-            self.sync_group = weight_sync.open_group(address, 0, self.device)
+        """Join the weight-broadcast group as its sender, rank 0 there too (called on rank 0)."""
+        self.sync_group = weight_sync.open_group(address, 0, self.device)
 
     def send_weights(self) -> None:
         """Every rank gathers (a collective under FSDP); rank 0 broadcasts to the engines."""
@@ -202,7 +201,7 @@ class RayBackend:
         if self.broadcast:
             await self._broadcast_weights()
             return
-        states = [worker.state_dict.remote() for worker in self.workers]  # all take part under FSDP
+        states = [worker.state_dict.remote() for worker in self._gatherers()]
         await asyncio.gather(self.engine.update_weights(states[0]), *states[1:])
 
     async def _broadcast_weights(self) -> None:
@@ -211,11 +210,11 @@ class RayBackend:
             host, port = await self.workers[0].rendezvous.remote()
             address = GroupAddress(host, port, world_size=1 + len(self.engine.actors))
             await asyncio.gather(
-                *(worker.open_sync_group.remote(address) for worker in self.workers),
+                self.workers[0].open_sync_group.remote(address),
                 *(actor.open_sync_group.remote(address, 1 + i) for i, actor in enumerate(self.engine.actors)),
             )
         await asyncio.gather(
-            *(worker.send_weights.remote() for worker in self.workers),
+            *(worker.send_weights.remote() for worker in self._gatherers()),
             *(actor.receive_weights.remote(self._specs) for actor in self.engine.actors),
         )
 
@@ -231,9 +230,14 @@ class RayBackend:
         return await self._rank0("optimizer_state")
 
     async def _rank0(self, method: str) -> Any:
-        """Call `method` on every worker (a collective under FSDP) and return rank 0's result."""
-        results = await asyncio.gather(*(getattr(worker, method).remote() for worker in self.workers))
+        """Rank 0's result of `method` (called on every rank where it is a collective)."""
+        results = await asyncio.gather(*(getattr(worker, method).remote() for worker in self._gatherers()))
         return results[0]
+
+    def _gatherers(self) -> list[Any]:
+        """The workers that must take part in reading full weights or optimizer state: all of them
+        under FSDP (gathering shards is a collective), only rank 0 under DDP (it holds everything)."""
+        return self.workers if self.cluster.strategy == "fsdp" else self.workers[:1]
 
     async def close(self) -> None:
         await self.engine.close()
