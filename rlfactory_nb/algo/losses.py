@@ -22,14 +22,16 @@ and differ only in how per-token losses are averaged, which decides how much eac
   normalization, so the loss has no bias towards long wrong answers. Pair it with
   `group_advantages(..., scale=False)`.
 
-Gradient accumulation: every loss is a mean over this call's batch; metrics report `num_tokens` and
-`num_sequences` so a caller splitting one batch into micro-batches can weight each micro-batch's loss
-by its share (tokens for `dapo`, sequences for the others) and get the full-batch loss exactly.
+Gradient accumulation: every loss is a mean over this call's batch and declares over what
+(`register_loss(name, reduction="sequence" | "token")`), so a caller splitting one batch into
+micro-batches weighs each micro-batch's loss by its share of that (tokens for `dapo`, sequences for
+the others) and gets the full-batch loss exactly.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -72,28 +74,78 @@ class PolicyLoss(Protocol):
     ) -> tuple[Tensor, Metrics]: ...
 
 
-_LOSSES: dict[str, PolicyLoss] = {}
+Reduction = Literal["sequence", "token"]
+"""what a loss is a mean over: sequences (each weighs the same) or all sampled tokens of the batch"""
 
 
-def register_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Decorator: make a policy loss available as `get_loss(name)` and by `grpo.loss: name` in configs."""
+@dataclass(frozen=True)
+class RegisteredLoss:
+    function: PolicyLoss
+    reduction: Reduction
+    """micro-batches are weighted by their share of this (see `rlfactory_nb.train.update`)"""
+
+
+_LOSSES: dict[str, RegisteredLoss] = {}
+
+
+def register_loss(name: str, reduction: Reduction = "sequence") -> Callable[[PolicyLoss], PolicyLoss]:
+    """Decorator: make a policy loss available as `get_loss(name)` and by `grpo.loss: name` in configs.
+
+    `reduction` declares what the loss averages over, "sequence" or "token": gradient accumulation
+    weighs each micro-batch by its share of that, which is what keeps a split batch's gradient exact.
+    A loss defined outside this package is named in configs as `module:function` (the module must be
+    importable on the workers, where the registration runs again on import).
+    """
+    if reduction not in ("sequence", "token"):
+        raise ValueError(f"register_loss reduction must be 'sequence' or 'token', got {reduction!r}")
 
     def register(fn: PolicyLoss) -> PolicyLoss:
-        if name in _LOSSES:
+        if name in _LOSSES and _LOSSES[name].function is not fn:
             raise ValueError(f"a policy loss named {name!r} is already registered; choose another name")
-        _LOSSES[name] = fn
+        _LOSSES[name] = RegisteredLoss(fn, reduction)
         return fn
 
     return register
 
 
 def get_loss(name: str) -> PolicyLoss:
-    """The policy loss registered as `name`; an unknown name is an error listing the known ones."""
+    """The policy loss registered as `name` (or imported from `module:function`); an unknown name is
+    an error listing the known ones."""
+    return _registered(name).function
+
+
+def loss_reduction(name: str) -> Reduction:
+    """What the loss `name` declared it averages over: "sequence" or "token"."""
+    return _registered(name).reduction
+
+
+def _registered(name: str) -> RegisteredLoss:
+    if ":" in name:
+        return _imported(name)
     if name not in _LOSSES:
         close = difflib.get_close_matches(name, _LOSSES, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown policy loss {name!r}; known losses: {', '.join(sorted(_LOSSES))}.{hint}")
+        raise KeyError(
+            f"unknown policy loss {name!r}; known losses: {', '.join(sorted(_LOSSES))}, or "
+            f"'module:function' for one registered in your own module.{hint}"
+        )
     return _LOSSES[name]
+
+
+def _imported(spec: str) -> RegisteredLoss:
+    """`module:function` where the function carries `@register_loss(...)` (importing registers it)."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise KeyError(f"policy loss {spec!r}: cannot import it ({error})") from error
+    for registered in _LOSSES.values():
+        if registered.function is function:
+            return registered
+    raise KeyError(
+        f"policy loss {spec!r} is not registered: decorate it with "
+        "@register_loss(name, reduction='sequence' or 'token') so its reduction is known"
+    )
 
 
 def loss_names() -> list[str]:
@@ -251,7 +303,7 @@ def grpo_loss(
     return loss, {"loss": loss.item(), **metrics}
 
 
-@register_loss("dapo")
+@register_loss("dapo", reduction="token")
 def dapo_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

@@ -90,6 +90,7 @@ class HFEngine:
         stop_token_ids: tuple[int, ...] | None = None,
         seed: int = 0,
         num_threads: int | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"HFEngine max_batch_size must be >= 1, got {max_batch_size}")
@@ -117,6 +118,8 @@ class HFEngine:
         self._lock: asyncio.Lock | None = None
         self._closed = False
         self._awake_device: torch.device | None = None  # set while asleep
+        # A trainer's float32 master shared in-process generates in the run's compute dtype (bf16 on GPU).
+        self.compute_dtype = compute_dtype
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
@@ -209,7 +212,7 @@ class HFEngine:
         assert self._lock is not None
         try:
             async with self._lock:
-                generations = await self._in_worker(self._run_batch, batch)
+                generations = await self._in_worker(self._run_batch_in_compute_dtype, batch)
         except Exception as error:  # noqa: BLE001 - a failed batch fails its requests, not the engine
             for request in batch:
                 if not request.future.done():
@@ -229,6 +232,13 @@ class HFEngine:
         with torch.no_grad():
             for name, tensor in state_dict.items():
                 params[name].copy_(tensor)
+
+    def _run_batch_in_compute_dtype(self, batch: list[_Request]) -> list[Generation]:
+        weights = next(self.model.parameters()).dtype
+        if self.compute_dtype is None or self.compute_dtype == weights:
+            return self._run_batch(batch)
+        with torch.autocast(device_type=self.device.type, dtype=self.compute_dtype):
+            return self._run_batch(batch)
 
     @torch.inference_mode()
     def _run_batch(self, batch: list[_Request]) -> list[Generation]:

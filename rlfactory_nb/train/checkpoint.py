@@ -2,11 +2,20 @@
 
 Layout under `runs/<name>/checkpoints/`:
 
-    step_000020/            model (safetensors) + config + tokenizer and chat template: a Hugging Face
-                            folder, so `Policy.load(path)`, `from_pretrained(path)` and vLLM open it
+    step_000020/            model (safetensors, the float32 master) + config + tokenizer and chat
+                            template: a Hugging Face folder, so `Policy.load(path)`, `from_pretrained(path)`
+                            and vLLM open it. A LoRA run writes a peft adapter folder instead
+                            (adapter_config.json names the base); `Policy.load` merges it and
+                            `rlfactory-nb export` writes the merged folder.
         trainer_state.pt    step, optimizer state, RNG states (python, numpy, torch)
         run_config.yaml     the run config that produced it
+        digests.json        the SHA-256 of every other file, checked before anything is loaded
     latest                  the name of the newest complete checkpoint, written last
+
+Checkpoints are shared like models, so reading one runs no code from it: the trainer state is loaded
+with `torch.load(weights_only=True)` (tensors and plain containers only; numpy's RNG state is allowed
+by name), weights come from safetensors, and a file whose bytes changed (a flipped bit, a truncated
+copy) fails its digest with a `CheckpointError` naming it.
 
 Why this order: a checkpoint is written into a temporary folder, every file is fsynced, and only then
 is the folder renamed to `step_XXXXXX` and `latest` replaced (itself via a temporary file and an atomic
@@ -19,6 +28,8 @@ killed are swept at the next save: a run has one writer at a time.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import random
 import re
@@ -29,11 +40,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.pt"
 RUN_CONFIG = "run_config.yaml"
+DIGESTS = "digests.json"
+ADAPTER_CONFIG = "adapter_config.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _NEARLY_FULL_BYTES = 1 << 20
 """a write that failed with less free space than this failed because the disk is full"""
@@ -51,11 +65,76 @@ class Checkpoint:
     step: int
 
     def trainer_state(self) -> dict[str, Any]:
-        """step, optimizer state and RNG states (see `save_checkpoint`)."""
+        """step, optimizer state and RNG states (see `save_checkpoint`), after checking every digest."""
+        verify_digests(self.path)
+        file = self.path / TRAINER_STATE
         try:
-            return torch.load(self.path / TRAINER_STATE, map_location="cpu", weights_only=False)
-        except (OSError, RuntimeError) as error:
-            raise CheckpointError(f"cannot read {self.path / TRAINER_STATE}: {error}") from error
+            with torch.serialization.safe_globals(_NUMPY_RNG_GLOBALS):
+                state = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as error:  # truncated, empty, random or code-carrying files alike
+            raise CheckpointError(
+                f"cannot read {file}: {type(error).__name__}: {str(error)[:300]}. It is damaged or not a "
+                "trainer state written by rlfactory-nb (which holds only tensors and plain values); "
+                "resume from an earlier checkpoint instead"
+            ) from error
+        if not isinstance(state, dict) or not {"step", "optimizer", "rng"} <= state.keys():
+            raise CheckpointError(f"{file} is not a trainer state: it lacks step, optimizer or rng")
+        return state
+
+    @property
+    def is_adapter(self) -> bool:
+        """True for a LoRA run's checkpoint (an adapter folder)."""
+        return (self.path / ADAPTER_CONFIG).is_file()
+
+
+_NUMPY_RNG_GLOBALS = [np.ndarray, np.dtype, _reconstruct, type(np.dtype(np.uint32))]
+"""what numpy's RNG state (a uint32 array) unpickles through; none of them runs code"""
+
+
+def check_kind(checkpoint: Checkpoint, lora: bool) -> None:
+    """Refuse to resume a LoRA run from a full checkpoint, or the reverse, saying which is which."""
+    if checkpoint.is_adapter == lora:
+        return
+    found = "LoRA adapters" if checkpoint.is_adapter else "full fine-tuning weights"
+    wanted = "model.lora is set" if lora else "model.lora is null (full fine-tuning)"
+    raise CheckpointError(
+        f"cannot resume: {checkpoint.path} holds {found} but the run config says {wanted}. Resume with "
+        "the model.lora setting the run was started with, or start a new run (another name=)"
+    )
+
+
+def write_digests(folder: Path) -> None:
+    digests = {file.name: _sha256(file) for file in sorted(folder.iterdir()) if file.is_file()}
+    (folder / DIGESTS).write_text(json.dumps(digests, indent=1) + "\n", encoding="utf-8")
+
+
+def verify_digests(folder: str | Path) -> None:
+    """Check every file `digests.json` lists (a checkpoint written before digests existed has none)."""
+    folder = Path(folder)
+    listing = folder / DIGESTS
+    if not listing.is_file():
+        return
+    try:
+        digests = json.loads(listing.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"cannot read {listing}: {error}") from error
+    for name, expected in digests.items():
+        file = folder / Path(name).name  # names only: a listing cannot point outside its folder
+        if not file.is_file():
+            raise CheckpointError(f"{file} is missing from the checkpoint ({listing} lists it)")
+        if _sha256(file) != expected:
+            raise CheckpointError(
+                f"{file} does not match its digest in {listing}: the file changed after it was "
+                "written (corrupted or tampered with); resume from an earlier checkpoint"
+            )
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -115,6 +194,7 @@ def _write_folder(
     torch.save(state, folder / TRAINER_STATE)
     if config is not None:
         config.to_yaml(folder / RUN_CONFIG)
+    write_digests(folder)
     for file in folder.rglob("*"):
         if file.is_file():
             _fsync_file(file)

@@ -21,12 +21,19 @@ def cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().cpu() for name, tensor in module.state_dict().items()}
 
 
-def build_model(model_config: Any, weights: dict[str, torch.Tensor], device: torch.device) -> torch.nn.Module:
+def build_model(
+    model_config: Any,
+    weights: dict[str, torch.Tensor] | None,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+) -> torch.nn.Module:
+    """A transformers model from its config, with `weights` when given, on `device` (in `dtype`)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(model_config)
-    model.load_state_dict(weights)
-    return model.to(device).eval()
+    if weights is not None:
+        model.load_state_dict(weights)
+    return model.to(device=device, dtype=dtype).eval()
 
 
 def actor_device() -> torch.device:
@@ -51,7 +58,8 @@ class EngineActor:
         if kind == "hf":
             from rlfactory_nb.engines.hf import HFEngine
 
-            model = build_model(policy_files["config"], weights, self.device)
+            dtype = getattr(torch, policy_files["dtype"])
+            model = build_model(policy_files["config"], weights, self.device, dtype)
             self.engine: Any = HFEngine(
                 model, policy_files["tokenizer"], seed=seed, num_threads=max(1, num_threads)
             )
@@ -126,16 +134,16 @@ class RayEngine:
         await asyncio.gather(*(getattr(actor, method).remote(*args) for actor in self.actors))
 
 
-def policy_files(cfg: Any, policy: Any) -> dict[str, Any]:
+def policy_files(cfg: Any, policy: Any, compute_dtype: torch.dtype) -> dict[str, Any]:
     """What an engine actor builds its engine from, besides the weights: the hf engine the model
-    config and tokenizer; vLLM the policy folder, which every node must be able to read (a shared file system,
-    or a hub id every node can download)."""
-    dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.")
+    config and tokenizer; vLLM the policy folder (for LoRA the base's: the merged weights follow by
+    sync), which every node must be able to read (a shared file system, or a hub id every node can
+    download). Engines run in the run's compute dtype."""
     return {
         "config": policy.model.config,
         "tokenizer": policy.tokenizer,
-        "path": str(policy.path),
-        "dtype": dtype,  # vLLM's logprobs are the PPO ratio's old logprobs: the trainer's precision
+        "path": str(policy.base_path or policy.path),
+        "dtype": str(compute_dtype).removeprefix("torch."),
         "engine_args": _engine_args(cfg),
     }
 

@@ -21,6 +21,7 @@ import torch
 
 from rlfactory_nb.engines import create_engine
 from rlfactory_nb.train.batch import TrainBatch
+from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 
 
@@ -33,10 +34,13 @@ class LocalBackend:
         reference: torch.nn.Module | None = None,
     ):
         self.policy = policy
-        self.settings = UpdateSettings.from_config(cfg)
+        self.training = TrainingSetup.from_config(cfg, policy.device)
+        self.settings = UpdateSettings.from_config(cfg, policy.device)
         self.optimizer = make_optimizer(policy.model, cfg)
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
+        if reference is None and cfg.grpo.kl_coef and cfg.model.lora is not None:
+            reference = self.training.reference(policy.model)  # the adapters switched off
         self.reference = reference
         self.threads = max(1, int(cfg.cluster.cpus_per_worker))
         # The update runs in its own thread, off the event loop, with the intra-op thread count set
@@ -51,12 +55,17 @@ class LocalBackend:
             # One intra-op thread per reserved CPU: on a busy CPU, extra OpenMP threads spin against each
             # other (a 13.6 s rollout step took 72 s with torch's default threads; see engines/hf.py).
             return create_engine(
-                "hf", (self.policy.model, self.policy.tokenizer), seed=cfg.grpo.seed, num_threads=self.threads
+                "hf",
+                (self.policy.model, self.policy.tokenizer),
+                seed=cfg.grpo.seed,
+                num_threads=self.threads,
+                compute_dtype=self.training.precision.compute,
             )
-        # The engine computes in the trainer's dtype: its logprobs are the PPO ratio's "old" logprobs,
-        # and vLLM's "auto" would downcast a float32 checkpoint to bfloat16 on CPU (a 4e-3 gap measured).
-        dtype = str(next(self.policy.model.parameters()).dtype).removeprefix("torch.")
-        return create_engine(cfg.model.engine, str(self.policy.path), seed=cfg.grpo.seed, dtype=dtype)
+        # The engine computes in the run's compute dtype, named explicitly: vLLM's "auto" would
+        # downcast a float32 checkpoint to bfloat16 on CPU (a 4e-3 logprob gap measured).
+        dtype = str(self.training.precision.compute).removeprefix("torch.")
+        folder = self.policy.base_path or self.policy.path  # LoRA: the base; merged weights follow
+        return create_engine(cfg.model.engine, str(folder), seed=cfg.grpo.seed, dtype=dtype)
 
     @property
     def shares_model(self) -> bool:
@@ -71,7 +80,7 @@ class LocalBackend:
 
     async def sync_weights(self) -> None:
         if not self.shares_model:
-            await self.engine.update_weights(self.policy.model.state_dict())
+            await self.engine.update_weights(self.training.engine_weights(self.policy.model.state_dict()))
 
     async def checkpoint_model(self) -> torch.nn.Module:
         return self.policy.model

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from rlfactory_nb._async import run_sync
 from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.base import SamplingParams
-from rlfactory_nb.policy import Policy
+from rlfactory_nb.policy import Policy, resolve_device
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
@@ -51,6 +50,7 @@ from rlfactory_nb.train.metrics import (
     rollout_metrics,
     summary_stats,
 )
+from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.types import Sample, Trajectory, save_jsonl
 
 StepCallback = Callable[[dict[str, Any]], Any]
@@ -93,24 +93,33 @@ class Trainer:
         self.train_rows = load_rows(cfg.data.train)
         self.eval_rows = load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else []
         self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
+        # The dtypes and LoRA targets are checked here too, before anything starts.
+        self.setup = TrainingSetup.from_config(cfg, resolve_device(cfg.model.device))
         optimizer_state = None
         if checkpoint is not None:
+            ckpt.check_kind(checkpoint, lora=cfg.model.lora is not None)
             state = checkpoint.trainer_state()
-            self.policy = Policy.load(checkpoint.path, device=cfg.model.device, dtype=cfg.model.dtype)
+            self.policy = self._load(checkpoint.path)
             self.step, optimizer_state = state["step"], state["optimizer"]
             ckpt.restore_rng(state["rng"])
             self.last_checkpoint = checkpoint.path
         else:
             torch.manual_seed(cfg.grpo.seed)
-            self.policy = self.policy or Policy.load(
-                cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype
-            )
+            self.policy = self.policy or self._load(cfg.model.name)
+        self.policy.model = self.setup.prepare(self.policy.model)
         self.metrics = MetricsWriter(self.run_dir, wandb_project=cfg.wandb_project, config=cfg.to_dict())
         self.metrics.truncate_after(self.step)
         self.tools = await self._start_tools()
         self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint))
+        if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
+            await self.backend.sync_weights()
         self.agent = self._agent(cfg.rollout.temperature)
         return self
+
+    def _load(self, name_or_path: str | Path) -> Policy:
+        """The policy in its master dtype; a LoRA checkpoint with its adapters kept trainable."""
+        model = self.cfg.model
+        return Policy.load(name_or_path, device=model.device, dtype=model.master_dtype, trainable_adapter=True)
 
     def _resume_point(self, resume: bool) -> ckpt.Checkpoint | None:
         latest = ckpt.load_latest(self.run_dir)
@@ -124,16 +133,13 @@ class Trainer:
         return None
 
     def _reference(self, checkpoint: ckpt.Checkpoint | None) -> torch.nn.Module | None:
-        """The frozen model KL is measured against: the run's starting weights (only when kl_coef > 0)."""
-        if not self.cfg.grpo.kl_coef:
+        """The frozen model KL is measured against: the run's starting weights (only when kl_coef > 0).
+        Under LoRA the backends make it themselves: their own model with the adapters off."""
+        if not self.cfg.grpo.kl_coef or self.cfg.model.lora is not None:
             return None
         if checkpoint is None:
-            reference = copy.deepcopy(self.policy.model)
-        else:
-            reference = Policy.load(
-                self.cfg.model.name, device=self.cfg.model.device, dtype=self.cfg.model.dtype
-            ).model
-        return reference.eval().requires_grad_(False)
+            return self.setup.reference(self.policy.model)
+        return self.setup.reference(self._load(self.cfg.model.name).model)
 
     async def _start_tools(self) -> Any:
         if self.cfg.tools.config is None:

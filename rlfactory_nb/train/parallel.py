@@ -21,15 +21,20 @@ from typing import Any, Literal
 
 import torch
 
+from rlfactory_nb.train.logprobs import causal_lm
+from rlfactory_nb.train.precision import Precision, fsdp_policy
+
 Strategy = Literal["ddp", "fsdp"]
 
 
 def wrap(
-    module: torch.nn.Module, strategy: Strategy, world_size: int, device: torch.device
+    module: torch.nn.Module, strategy: Strategy, world_size: int, device: torch.device, precision: Precision
 ) -> torch.nn.Module:
-    """The module to train: `module` itself (one rank), DDP around it, or `module` sharded in place."""
+    """The module to train: `module` itself (one rank), DDP around it, or `module` sharded in place.
+    Under FSDP the float32 shards are gathered in the compute dtype and gradients reduced in float32
+    (`rlfactory_nb.train.precision`); DDP reduces the float32 gradients autocast leaves."""
     if strategy == "fsdp":
-        return _fully_shard(module)
+        return _fully_shard(module, precision)
     if world_size == 1:
         return module
     from torch.nn.parallel import DistributedDataParallel
@@ -37,25 +42,27 @@ def wrap(
     return DistributedDataParallel(module, device_ids=[0] if device.type == "cuda" else None)
 
 
-def shard_reference(module: torch.nn.Module, strategy: Strategy) -> torch.nn.Module:
+def shard_reference(module: torch.nn.Module, strategy: Strategy, precision: Precision) -> torch.nn.Module:
     """The frozen reference model, sharded like the policy under FSDP (its forward gathers layers)."""
-    return _fully_shard(module) if strategy == "fsdp" else module
+    return _fully_shard(module, precision) if strategy == "fsdp" else module
 
 
-def _fully_shard(module: torch.nn.Module) -> torch.nn.Module:
+def _fully_shard(module: torch.nn.Module, precision: Precision) -> torch.nn.Module:
     """Shard in place: each decoder layer its own unit (one all-gather per layer keeps only a
     layer's full weights alive), the root takes the rest (embeddings, tied output layer, norm)."""
     from torch.distributed.fsdp import fully_shard
 
+    policy = fsdp_policy(precision)
     for layer in _decoder_layers(module):
-        fully_shard(layer)
-    fully_shard(module)
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(module, mp_policy=policy)
     return module
 
 
 def _decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """Transformers causal LMs keep their blocks in `model.layers` (Qwen3, Llama, Mistral, ...)."""
-    inner = getattr(module, "model", None)
+    """Transformers causal LMs keep their blocks in `model.layers` (Qwen3, Llama, Mistral, ...),
+    under peft's wrapper for a LoRA model."""
+    inner = getattr(causal_lm(module), "model", None)
     layers = getattr(inner, "layers", None)
     return list(layers) if layers is not None else []
 

@@ -12,31 +12,35 @@ micro-batches by world_size to keep the sum right. Every rank runs the same numb
 padding with zero-weight ones where its slice is shorter: the gradient reduction (DDP) and the
 per-layer weight gathers (FSDP, see `rlfactory_nb.train.parallel`) need every rank to take part.
 
+With `max_tokens_per_micro_batch` set, micro-batches are bounded by padded tokens instead of rows:
+each rank's rows are sorted by length and packed, never split, so that rows x longest row stays
+within the budget (`token_budget_slices`); the weights above keep the accumulated gradient exact.
+
+The forward runs in the compute dtype under autocast over float32 master weights (see
+`rlfactory_nb.train.precision`), and log-probs and entropy come from `rlfactory_nb.train.logprobs`
+(chunked; no (rows, length, vocabulary) tensor) unless `logprob_chunk_tokens` is None.
+
 The old logprobs are the rollout engine's. With `truncate_ratio` set they are recomputed by the trainer
-before the first pass, and the engine's enter as truncated importance weights (TIS).
+before the first pass, and the engine's enter as truncated importance weights (TIS). Either way the
+gap between the engine's and the trainer's logprob of each sampled token, before this step changes
+anything, is reported as `train/logprob_gap_mean` and `_max` (a bf16 engine against a float32 master,
+or vLLM's kernels against transformers', show up there first).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from rlfactory_nb.algo.losses import LossArgs, get_loss, kl_penalty, masked_entropy, masked_mean
-from rlfactory_nb.train.batch import (
-    TrainBatch,
-    first_trained_position,
-    micro_batches,
-    window_logprobs,
-)
+from rlfactory_nb.algo.losses import LossArgs, get_loss, kl_penalty, loss_reduction, masked_mean
+from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_logprobs
+from rlfactory_nb.train.logprobs import chunked_token_stats, supports_chunking
 from rlfactory_nb.train.parallel import gradient_sync
-
-TOKEN_MEAN_LOSSES = frozenset({"dapo"})
-"""losses averaged over all tokens of a batch; the rest average over sequences"""
+from rlfactory_nb.train.precision import FLOAT32, Precision, autocast
 
 
 @dataclass(frozen=True)
@@ -53,21 +57,29 @@ class UpdateSettings:
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
     seed: int = 0
+    max_tokens_per_micro_batch: int | None = None
+    logprob_chunk_tokens: int | None = 1024
+    precision: Precision = FLOAT32
 
     @classmethod
-    def from_config(cls, cfg: Any) -> UpdateSettings:
-        """From a RunConfig; dr_grpo's token budget defaults to the rollout's generation budget."""
+    def from_config(cls, cfg: Any, device: torch.device | None = None) -> UpdateSettings:
+        """From a RunConfig; dr_grpo's token budget defaults to the rollout's generation budget.
+        `device` (where the update runs) resolves `model.dtype: auto`; None: the CPU."""
         grpo = cfg.grpo
         budget = grpo.token_budget or cfg.rollout.max_new_tokens * cfg.rollout.max_turns
+        derived = ("loss", "loss_args", "precision")
         return cls(
             loss=grpo.loss,
             loss_args=LossArgs.from_config(grpo, token_budget=budget),
-            **{f.name: getattr(grpo, f.name) for f in fields(cls) if f.name not in ("loss", "loss_args")},
+            precision=Precision.from_config(cfg.model, device or torch.device("cpu")),
+            **{f.name: getattr(grpo, f.name) for f in fields(cls) if f.name not in derived},
         )
 
 
 def make_optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=cfg.grpo.lr, weight_decay=cfg.grpo.weight_decay)
+    """AdamW over the trainable parameters only (with LoRA: the adapters), in their master dtype."""
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    return torch.optim.AdamW(trainable, lr=cfg.grpo.lr, weight_decay=cfg.grpo.weight_decay)
 
 
 def policy_update(
@@ -81,27 +93,42 @@ def policy_update(
     world_size: int = 1,
 ) -> dict[str, float]:
     """Run the update (module docstring) and return `train/...` metrics averaged over micro-batches."""
-    get_loss(settings.loss)  # an unknown loss name fails before any work
+    loss_reduction(settings.loss)  # an unknown loss name fails before any work
     if settings.mini_batch_size < world_size:
         raise ValueError(
             f"grpo.mini_batch_size ({settings.mini_batch_size}) must be >= the number of policy workers "
             f"({world_size}) so that every worker trains on each mini-batch"
         )
+    tally = _Tally()
     rollout_logprobs = None
     if settings.loss_args.truncate_ratio is not None:
         rollout_logprobs = batch.old_logprobs
-        batch = _with(batch, old_logprobs=recompute_logprobs(model, batch, settings.micro_batch_size))
-    tally = _Tally()
-    for epoch in range(settings.ppo_epochs):
-        shuffle = torch.Generator().manual_seed(settings.seed * 1_000_003 + step * 1_009 + epoch)
-        order = torch.randperm(batch.batch_size, generator=shuffle)  # the same on every rank
-        for start in range(0, batch.batch_size, settings.mini_batch_size):
-            rows = order[start : start + settings.mini_batch_size]
-            mini = take(batch, rows)
-            mini_rollout = rollout_logprobs[rows] if rollout_logprobs is not None else None
-            _mini_batch_step(
-                model, optimizer, mini, mini_rollout, settings, reference, rank, world_size, tally
-            )
+        batch = _with(batch, old_logprobs=recompute_logprobs(model, batch, settings))
+        tally.add_gap(batch.old_logprobs, rollout_logprobs, batch.loss_mask)
+    model.train()  # activation checkpointing and adapter dropout act only in training mode
+    try:
+        for epoch in range(settings.ppo_epochs):
+            shuffle = torch.Generator().manual_seed(settings.seed * 1_000_003 + step * 1_009 + epoch)
+            order = torch.randperm(batch.batch_size, generator=shuffle)  # the same on every rank
+            for start in range(0, batch.batch_size, settings.mini_batch_size):
+                rows = order[start : start + settings.mini_batch_size]
+                mini_rollout = rollout_logprobs[rows] if rollout_logprobs is not None else None
+                # Before the first optimizer step the trainer's logprobs are the engine's policy's.
+                measure_gap = rollout_logprobs is None and epoch == 0 and start == 0
+                _mini_batch_step(
+                    model,
+                    optimizer,
+                    take(batch, rows),
+                    mini_rollout,
+                    settings,
+                    reference,
+                    rank,
+                    world_size,
+                    tally,
+                    measure_gap,
+                )
+    finally:
+        model.eval()
     metrics = tally.means()
     metrics["train/lr"] = optimizer.param_groups[0]["lr"]
     return metrics
@@ -117,35 +144,65 @@ def _mini_batch_step(
     rank: int,
     world_size: int,
     tally: _Tally,
+    measure_gap: bool,
 ) -> None:
     """One optimizer step on one mini-batch: accumulate over this rank's micro-batches, clip, step."""
     total = loss_weight(mini, settings.loss)
-    mine = torch.tensor_split(torch.arange(mini.batch_size), world_size)[rank]  # this rank's rows
-    shard = take(mini, mine if mine.numel() else torch.tensor([0]))
-    shard_rollout = None
-    if rollout_logprobs is not None:  # a rank with no rows of its own trains a zero-weight row
-        shard_rollout = rollout_logprobs[mine] if mine.numel() else torch.zeros_like(shard.old_logprobs)
-    parts = _micro_slices(shard, settings.micro_batch_size) if mine.numel() else []
-    longest_slice = math.ceil(mini.batch_size / world_size)
-    padding = math.ceil(longest_slice / settings.micro_batch_size) - len(parts)
+    per_rank = [
+        micro_slices(mini, rows, settings)
+        for rows in torch.tensor_split(torch.arange(mini.batch_size), world_size)
+    ]
+    padding = max(len(slices) for slices in per_rank) - len(per_rank[rank])
     # (rows, scale): world_size offsets the mean over ranks; padding rows take part at weight 0
-    work = [(rows, float(world_size)) for rows in parts] + [(torch.tensor([0]), 0.0)] * padding
+    work = [(rows, float(world_size)) for rows in per_rank[rank]] + [(torch.tensor([0]), 0.0)] * padding
     optimizer.zero_grad(set_to_none=True)
     for index, (rows, scale) in enumerate(work):
-        micro = take(shard, rows)
+        micro = take(mini, rows)
         micro_rollout = (
-            shard_rollout[rows][:, : micro.input_ids.shape[1]] if shard_rollout is not None else None
+            rollout_logprobs[rows][:, : micro.input_ids.shape[1]] if rollout_logprobs is not None else None
         )
         with gradient_sync(model, enabled=index == len(work) - 1):
             share = loss_weight(micro, settings.loss) / max(total, 1.0)
-            loss, metrics = micro_loss(model, micro, micro_rollout, settings, reference)
+            loss, metrics, logprobs = micro_loss(model, micro, micro_rollout, settings, reference)
             (loss * share * scale).backward()
         tally.add(metrics, share * scale)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+        if measure_gap and scale:
+            tally.add_gap(logprobs.cpu(), micro.old_logprobs, micro.loss_mask)
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        [parameter for parameter in model.parameters() if parameter.requires_grad], settings.max_grad_norm
+    )
     if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
         grad_norm = grad_norm.full_tensor()
     optimizer.step()
     tally.add_step(float(grad_norm))
+
+
+def micro_slices(mini: TrainBatch, rows: Tensor, settings: UpdateSettings) -> list[Tensor]:
+    """One rank's rows of a mini-batch (indices into it) cut into micro-batches: `micro_batch_size`
+    rows each, or packed by `max_tokens_per_micro_batch`."""
+    if settings.max_tokens_per_micro_batch is None:
+        return list(torch.split(rows, settings.micro_batch_size))
+    lengths = mini.attention_mask[rows].sum(dim=-1)
+    return [rows[part] for part in token_budget_slices(lengths, settings.max_tokens_per_micro_batch)]
+
+
+def token_budget_slices(lengths: Tensor, budget: int) -> list[Tensor]:
+    """Pack rows (their lengths (B,)) longest first into slices whose rows x longest row stays within
+    `budget` padded tokens; a row alone over the budget gets a slice of its own (rows are never split).
+
+    >>> [s.tolist() for s in token_budget_slices(torch.tensor([3, 9, 4, 8]), 16)]
+    [[1], [3], [2, 0]]
+    """
+    order = torch.argsort(lengths, descending=True, stable=True).tolist()
+    slices: list[list[int]] = []
+    for row in order:
+        current = slices[-1] if slices else None
+        # sorted longest first: a slice's first row is its longest
+        if current is not None and int(lengths[current[0]]) * (len(current) + 1) <= budget:
+            current.append(row)
+        else:
+            slices.append([row])
+    return [torch.tensor(rows) for rows in slices]
 
 
 def micro_loss(
@@ -154,33 +211,59 @@ def micro_loss(
     rollout_logprobs: Tensor | None,
     settings: UpdateSettings,
     reference: torch.nn.Module | None,
-) -> tuple[Tensor, dict[str, float]]:
-    """Policy loss (+ KL to the reference, - entropy bonus) of one micro-batch, and its metrics."""
-    micro = micro.to(_device(model))
+) -> tuple[Tensor, dict[str, float], Tensor]:
+    """Policy loss (+ KL to the reference, - entropy bonus) of one micro-batch, its metrics, and the
+    trainer's logprobs of its sampled tokens (B, L), detached."""
+    device = _device(model)
+    micro = micro.to(device)
     if rollout_logprobs is not None:
-        rollout_logprobs = rollout_logprobs.to(micro.input_ids.device)
+        rollout_logprobs = rollout_logprobs.to(device)
     mask = micro.loss_mask
     start = first_trained_position(mask)
+    with autocast(device, settings.precision):
+        logprobs, entropies = token_stats(
+            model, micro, start, settings, entropy_grad=bool(settings.entropy_coef)
+        )
+        loss, metrics = get_loss(settings.loss)(
+            logprobs, micro.old_logprobs, micro.advantages, mask, settings.loss_args, rollout_logprobs
+        )
+        entropy = masked_mean(entropies, mask)
+        metrics["entropy"] = float(entropy.detach())
+        if settings.entropy_coef:
+            loss = loss - settings.entropy_coef * entropy
+        if reference is not None and settings.kl_coef:
+            with torch.no_grad():
+                reference_logprobs, _ = token_stats(reference, micro, start, settings, entropy_grad=False)
+            kl = masked_mean(kl_penalty(logprobs, reference_logprobs, mask, settings.kl_estimator), mask)
+            loss = loss + settings.kl_coef * kl
+            metrics["kl"] = float(kl.detach())
+    return loss, metrics, logprobs.detach()
+
+
+def token_stats(
+    model: torch.nn.Module, micro: TrainBatch, start: int, settings: UpdateSettings, entropy_grad: bool
+) -> tuple[Tensor, Tensor]:
+    """(logprobs, entropies), both (B, L) and set at the sampled tokens: chunked over tokens through
+    the model's own forward (`rlfactory_nb.train.logprobs`), or from the full logits window."""
+    if settings.logprob_chunk_tokens and supports_chunking(model):
+        return chunked_token_stats(
+            model,
+            micro.input_ids,
+            micro.attention_mask,
+            micro.loss_mask,
+            start,
+            settings.logprob_chunk_tokens,
+            settings.precision.compute,
+        )
     window = response_logits(model, micro, start)  # (b, L - start + 1, V)
     logprobs = window_logprobs(window, micro.input_ids, start)  # (b, L)
-    loss, metrics = get_loss(settings.loss)(
-        logprobs, micro.old_logprobs, micro.advantages, mask, settings.loss_args, rollout_logprobs
-    )
     # window[:, j] predicts token start + j: pair it with the mask from `start`, no (b, L, V) copy.
-    with contextlib.nullcontext() if settings.entropy_coef else torch.no_grad():
-        entropy = masked_entropy(window[:, :-1], mask[:, start:])
-    metrics["entropy"] = float(entropy.detach())
-    if settings.entropy_coef:
-        loss = loss - settings.entropy_coef * entropy
-    if reference is not None and settings.kl_coef:
-        with torch.no_grad():
-            reference_logprobs = window_logprobs(
-                response_logits(reference, micro, start), micro.input_ids, start
-            )
-        kl = masked_mean(kl_penalty(logprobs, reference_logprobs, mask, settings.kl_estimator), mask)
-        loss = loss + settings.kl_coef * kl
-        metrics["kl"] = float(kl.detach())
-    return loss, metrics
+    selected = micro.loss_mask[:, start:]
+    entropies = torch.zeros_like(logprobs)
+    with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+        log_p = torch.log_softmax(window[:, :-1][selected].float(), dim=-1)  # (N, V)
+        entropies[:, start:][selected] = -(log_p.exp() * log_p).sum(dim=-1)
+    return logprobs, entropies
 
 
 def response_logits(model: torch.nn.Module, micro: TrainBatch, start: int) -> Tensor:
@@ -191,24 +274,24 @@ def response_logits(model: torch.nn.Module, micro: TrainBatch, start: int) -> Te
 
 
 @torch.no_grad()
-def recompute_logprobs(model: torch.nn.Module, batch: TrainBatch, micro_batch_size: int) -> Tensor:
+def recompute_logprobs(model: torch.nn.Module, batch: TrainBatch, settings: UpdateSettings) -> Tensor:
     """The trainer's own logprob of every sampled token (B, L), 0 elsewhere, before any update."""
     result = torch.zeros_like(batch.old_logprobs)
-    for row, micro in zip(
-        range(0, batch.batch_size, micro_batch_size), micro_batches(batch, micro_batch_size)
-    ):
-        on_device = micro.to(_device(model))
-        first = first_trained_position(on_device.loss_mask)
-        logprobs = window_logprobs(response_logits(model, on_device, first), on_device.input_ids, first).cpu()
+    device = _device(model)
+    for rows in torch.split(torch.arange(batch.batch_size), settings.micro_batch_size):
+        micro = take(batch, rows).to(device)
+        first = first_trained_position(micro.loss_mask)
+        with autocast(device, settings.precision):
+            logprobs, _ = token_stats(model, micro, first, settings, entropy_grad=False)
         width = logprobs.shape[1]
-        result[row : row + micro.batch_size, :width] = logprobs.masked_fill(~micro.loss_mask, 0.0)
+        result[rows, :width] = logprobs.float().cpu().masked_fill(~micro.loss_mask.cpu(), 0.0)
     return result
 
 
 def loss_weight(batch: TrainBatch, loss: str) -> float:
-    """What a batch's loss is a mean over: sampled tokens for token-mean losses, else sequences with
-    at least one sampled token."""
-    if loss in TOKEN_MEAN_LOSSES:
+    """What a batch's loss is a mean over, as the loss declared (`register_loss(..., reduction=)`):
+    sampled tokens, or sequences with at least one sampled token."""
+    if loss_reduction(loss) == "token":
         return float(batch.loss_mask.sum())
     return float(batch.loss_mask.any(dim=-1).sum())
 
@@ -220,12 +303,6 @@ def take(batch: TrainBatch, rows: Tensor) -> TrainBatch:
 
 def _with(batch: TrainBatch, **changes: Tensor) -> TrainBatch:
     return TrainBatch(**{f.name: changes.get(f.name, getattr(batch, f.name)) for f in fields(batch)})
-
-
-def _micro_slices(batch: TrainBatch, size: int) -> list[Tensor]:
-    return [
-        torch.arange(start, min(start + size, batch.batch_size)) for start in range(0, batch.batch_size, size)
-    ]
 
 
 def _device(model: torch.nn.Module) -> torch.device:
@@ -240,6 +317,7 @@ class _Tally:
         self.weight = 0.0
         self.grad_norms: list[float] = []
         self.tokens = 0.0
+        self.gaps: list[Tensor] = []
 
     def add(self, metrics: dict[str, float], weight: float) -> None:
         if weight:  # a zero-weight padding micro-batch trained no tokens
@@ -248,6 +326,10 @@ class _Tally:
             if key not in ("num_tokens", "num_sequences"):
                 self.sums[key] = self.sums.get(key, 0.0) + value * weight
         self.weight += weight
+
+    def add_gap(self, trainer: Tensor, engine: Tensor, mask: Tensor) -> None:
+        """|trainer - engine| logprob of each sampled token, measured before any optimizer step."""
+        self.gaps.append((trainer.float() - engine.float())[mask.bool()].abs())
 
     def add_step(self, grad_norm: float) -> None:
         self.grad_norms.append(grad_norm)
@@ -258,4 +340,8 @@ class _Tally:
         metrics["train/grad_norm"] = sum(self.grad_norms) / max(len(self.grad_norms), 1)
         metrics["train/optimizer_steps"] = len(self.grad_norms)
         metrics["train/tokens"] = self.tokens
+        gaps = torch.cat(self.gaps) if self.gaps else torch.zeros(0)
+        if gaps.numel():
+            metrics["train/logprob_gap_mean"] = float(gaps.mean())
+            metrics["train/logprob_gap_max"] = float(gaps.max())
         return metrics

@@ -39,6 +39,7 @@ from rlfactory_nb.train.engine_actors import (
     cpu_state,
     policy_files,
 )
+from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
 
@@ -71,8 +72,9 @@ class PolicyWorker:
     def __init__(self, rank: int, world_size: int, cfg: Any, num_threads: int = 1):
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         self.strategy = cfg.cluster.strategy
-        self.settings = UpdateSettings.from_config(cfg)
         self.device = actor_device()
+        self.settings = UpdateSettings.from_config(cfg, self.device)
+        self.training = TrainingSetup.from_config(cfg, self.device)
         torch.set_num_threads(max(1, num_threads))
 
     def rendezvous(self) -> tuple[str, int]:
@@ -100,15 +102,23 @@ class PolicyWorker:
             world_size=self.world_size,
             timeout=timedelta(minutes=5),
         )
-        module = build_model(model_config, weights, self.device)
-        self.model = parallel.wrap(module, self.strategy, self.world_size, self.device)
+        # The same model the driver's Trainer prepared (dtypes, LoRA), then its exact weights.
+        module = self.training.prepare(build_model(model_config, None, torch.device("cpu")))
+        module.load_state_dict(weights)
+        module.to(self.device)
+        precision = self.training.precision
+        self.model = parallel.wrap(module, self.strategy, self.world_size, self.device, precision)
         self.optimizer = make_optimizer(self.model, self.cfg)  # after sharding: FSDP's DTensor params
         if optimizer_state is not None:
             parallel.load_optimizer_state(self.model, self.optimizer, optimizer_state)
         self.reference = None
         if reference_weights is not None:
-            reference = build_model(model_config, reference_weights, self.device).requires_grad_(False)
-            self.reference = parallel.shard_reference(reference, self.strategy)
+            reference = build_model(model_config, reference_weights, self.device, precision.compute)
+            self.reference = parallel.shard_reference(
+                reference.requires_grad_(False), self.strategy, precision
+            )
+        elif self.cfg.grpo.kl_coef and self.training.lora is not None:
+            self.reference = self.training.reference(self.model)  # the adapters switched off
 
     def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
         return policy_update(
@@ -118,6 +128,11 @@ class PolicyWorker:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The full weights on CPU (every rank must call it under FSDP; rank 0 gets them)."""
         return parallel.full_state_dict(self.model)
+
+    def engine_state(self) -> dict[str, torch.Tensor]:
+        """The weights as engines load them (adapters merged, compute dtype); a collective like
+        `state_dict`."""
+        return self.training.engine_weights(parallel.full_state_dict(self.model))
 
     def optimizer_state(self) -> dict[str, Any]:
         """Plain torch layout (every rank must call it under FSDP; rank 0's is the whole state)."""
@@ -131,7 +146,7 @@ class PolicyWorker:
         """Every rank gathers (a collective under FSDP); rank 0 broadcasts to the engines."""
         full = parallel.full_state_dict(self.model, on_cpu=self.device.type == "cpu")
         if self.rank == 0:
-            weight_sync.send(self.sync_group, full, self.device)
+            weight_sync.send(self.sync_group, self.training.engine_weights(full), self.device)
 
     def close(self) -> None:
         import torch.distributed as dist
@@ -156,7 +171,10 @@ class RayBackend:
         self._ray = ray
         threads = max(1, int(cluster.cpus_per_worker))
         placement = _placement(ray, cluster)
-        weights = ray.put(cpu_state(policy.model))
+        worker_device = torch.device("cuda" if cluster.gpus_per_worker > 0 else "cpu")
+        training = TrainingSetup.from_config(cfg, worker_device)
+        state = cpu_state(policy.model)
+        weights = ray.put(state)
         reference_weights = ray.put(cpu_state(reference)) if reference is not None else None
         self.workers = [
             ray.remote(PolicyWorker)
@@ -172,8 +190,9 @@ class RayBackend:
                 for w in self.workers
             ]
         )
-        files = policy_files(cfg, policy)
-        engine_weights = weights if cfg.model.engine == "hf" else None  # vLLM reads the folder
+        files = policy_files(cfg, policy, training.precision.compute)
+        # hf actors start from these weights; vLLM reads the folder (for LoRA the base: see Trainer.start)
+        engine_weights = ray.put(training.engine_weights(state)) if cfg.model.engine == "hf" else None
         engines = [
             ray.remote(EngineActor)
             .options(**placement(index))
@@ -191,9 +210,7 @@ class RayBackend:
             await self.engine.sleep()  # the update gets the GPU memory the engines held
         shared = self._ray.put(batch)  # one copy in the object store, read by every worker
         per_rank = await asyncio.gather(*(worker.update.remote(shared, step) for worker in self.workers))
-        merged = {key: sum(m[key] for m in per_rank) / len(per_rank) for key in per_rank[0]}
-        merged["train/tokens"] = sum(m["train/tokens"] for m in per_rank)  # each rank saw its own slice
-        return merged
+        return merge_rank_metrics(per_rank)
 
     async def sync_weights(self) -> None:
         if self.cluster.colocate:
@@ -201,12 +218,12 @@ class RayBackend:
         if self.broadcast:
             await self._broadcast_weights()
             return
-        states = [worker.state_dict.remote() for worker in self._gatherers()]
+        states = [worker.engine_state.remote() for worker in self._gatherers()]
         await asyncio.gather(self.engine.update_weights(states[0]), *states[1:])
 
     async def _broadcast_weights(self) -> None:
         if self._specs is None:  # once: the group, and the tensor list every receiver allocates from
-            self._specs = weight_sync.specs_of(await self._rank0("state_dict"))
+            self._specs = weight_sync.specs_of(await self._rank0("engine_state"))
             host, port = await self.workers[0].rendezvous.remote()
             address = GroupAddress(host, port, world_size=1 + len(self.engine.actors))
             await asyncio.gather(
@@ -244,6 +261,26 @@ class RayBackend:
         await asyncio.gather(*(worker.close.remote() for worker in self.workers), return_exceptions=True)
         for actor in [*self.workers, *self.engine.actors]:
             self._ray.kill(actor)
+
+
+def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One metrics row from every rank's: means, except token counts (summed: each rank saw its own
+    slice) and `_max` keys (the largest).
+
+    >>> merge_rank_metrics([{"train/loss": 1.0, "train/tokens": 3, "train/gap_max": 2.0},
+    ...                     {"train/loss": 3.0, "train/tokens": 4}])
+    {'train/loss': 2.0, 'train/tokens': 7, 'train/gap_max': 2.0}
+    """
+    merged: dict[str, float] = {}
+    for key in dict.fromkeys(key for metrics in per_rank for key in metrics):
+        values = [metrics[key] for metrics in per_rank if key in metrics]
+        if key == "train/tokens":
+            merged[key] = sum(values)
+        elif key.endswith("_max"):
+            merged[key] = max(values)
+        else:
+            merged[key] = sum(values) / len(values)
+    return merged
 
 
 def _placement(ray: Any, cluster: Any) -> Any:

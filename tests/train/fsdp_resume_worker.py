@@ -63,7 +63,7 @@ def fsdp(out: Path, rank: int, world: int, port: int) -> None:
     first = torch.load(out / "first.pt")
     model = random_qwen3(seed=0)
     model.load_state_dict(first["weights"])
-    model = parallel.wrap(model, "fsdp", world, torch.device("cpu"))
+    model = parallel.wrap(model, "fsdp", world, torch.device("cpu"), SETTINGS.precision)
     optimizer = optimizer_for(model)
     parallel.load_optimizer_state(model, optimizer, first["optimizer"])
     policy_update(model, optimizer, batch(2), SETTINGS, step=2, rank=rank, world_size=world)

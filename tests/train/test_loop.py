@@ -115,7 +115,7 @@ def hand_batch(seed: int = 0) -> TrainBatch:
 
 def gradients(model, batch: TrainBatch, settings: UpdateSettings) -> dict[str, torch.Tensor]:
     model.zero_grad()
-    loss, _ = micro_loss(model, batch, None, settings, None)
+    loss, _, _ = micro_loss(model, batch, None, settings, None)
     loss.backward()
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
