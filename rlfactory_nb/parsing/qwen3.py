@@ -50,7 +50,8 @@ class Qwen3Parser:
     """Reads `<tool_call>{json}</tool_call>` blocks; see the module docstring."""
 
     max_calls: int = 8
-    """calls run per turn; further calls are dropped and reported to the model as one error"""
+    """calls run per turn, and broken blocks answered one by one; further calls are dropped and
+    reported to the model as one error, further broken blocks are counted in one error"""
     calls_in_think: bool = False
     """run calls written inside <think>...</think> (off: they are reasoning, left in the text)"""
 
@@ -62,6 +63,7 @@ class Qwen3Parser:
         content: list[str] = []
         calls: list[ToolCall] = []
         errors: list[ParseError] = []
+        unreported = 0  # broken blocks past the first max_calls: each would be a message to the model
         for segment, active in self._segments(text):
             pieces = _split_blocks(segment) if active else [segment]
             for piece in pieces:
@@ -69,7 +71,19 @@ class Qwen3Parser:
                     content.append(piece)
                     continue
                 read = _read_block(piece)
-                (calls if isinstance(read, ToolCall) else errors).append(read)
+                if isinstance(read, ToolCall):
+                    calls.append(read)
+                elif len(errors) < self.max_calls:
+                    errors.append(read)
+                else:
+                    unreported += 1
+        if unreported:
+            errors.append(
+                ParseError(
+                    f"{len(errors) + unreported} broken <tool_call> blocks in one turn; only the first "
+                    f"{self.max_calls} are answered. {FORMAT_HINT}"
+                )
+            )
         if len(calls) > self.max_calls:
             dropped, calls = calls[self.max_calls :], calls[: self.max_calls]
             errors.append(
@@ -108,23 +122,29 @@ def _think_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _split_blocks(text: str) -> list[str | _Block]:
-    """Plain text and call blocks, in order."""
+    """Plain text and call blocks, in order, in one pass: each tag search starts where the last one
+    of its kind stopped, so hostile text (`"<tool_call>" * 40000`) costs linear time, not quadratic."""
     pieces: list[str | _Block] = []
-    pos = 0
-    while (start := text.find(CALL_OPEN, pos)) >= 0:
+    pos, end = 0, len(text)
+    start = text.find(CALL_OPEN)
+    close = -1  # the first </tool_call> after the current opening tag; `end` when none is left
+    while start >= 0:
         pieces.append(text[pos:start])
         body_start = start + len(CALL_OPEN)
-        close = text.find(CALL_CLOSE, body_start)
+        if close < body_start:
+            close = text.find(CALL_CLOSE, body_start)
+            close = end if close < 0 else close
         next_open = text.find(CALL_OPEN, body_start)
-        if close >= 0 and (next_open < 0 or close < next_open):
+        if close < end and (next_open < 0 or close < next_open):
             pos = close + len(CALL_CLOSE)
             pieces.append(_Block(text[start:pos], text[body_start:close], "closed"))
         elif next_open >= 0:
             pos = next_open
             pieces.append(_Block(text[start:pos], text[body_start:pos], "next_open"))
         else:
-            pos = len(text)
+            pos = end
             pieces.append(_Block(text[start:], text[body_start:], "truncated"))
+        start = next_open
     pieces.append(text[pos:])
     return pieces
 
