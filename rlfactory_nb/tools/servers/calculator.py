@@ -90,6 +90,17 @@ def _sqrt(x: Number) -> Number:
     return math.sqrt(x)
 
 
+def _round(x: Number, ndigits: Number | None = None) -> Number:
+    # Rounding an integer to -n digits computes 10**n: round(7, -10**7) held the GIL for 9 s, and
+    # the server answered no other call meanwhile (sync tools run in threads, big-int C code never
+    # lets go). With ndigits bounded every operation here costs microseconds, so none can starve.
+    if ndigits is None:
+        return round(x)
+    if not isinstance(ndigits, int) or abs(ndigits) > MAX_DIGITS:
+        raise CalculatorError(f"round's digits must be an integer from -{MAX_DIGITS} to {MAX_DIGITS}")
+    return round(x, ndigits)
+
+
 def _log(x: Number, base: Number = math.e) -> Number:
     if x <= 0 or base <= 0 or base == 1:
         raise CalculatorError("logarithm of a non-positive number (or invalid base)")
@@ -99,7 +110,7 @@ def _log(x: Number, base: Number = math.e) -> Number:
 _FUNCTIONS: dict[str, Callable[..., Number]] = {
     "sqrt": _sqrt,
     "abs": abs,
-    "round": round,
+    "round": _round,
     "min": min,
     "max": max,
     "floor": math.floor,
