@@ -251,17 +251,6 @@ def _summary_figure(reports: list[EvalReport]) -> Any:
 # ---------------------------------------------------------------------- CLI
 
 
-def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `eval CONFIG [--model PATH] [--base MODEL] [key=value ...]` to an argparse subparsers object."""
-    command = subparsers.add_parser("eval", help="evaluate a checkpoint (and optionally a baseline) on held-out prompts")
-    command.add_argument("config", help="run config YAML (tools, rollout, reward, data.eval)")
-    command.add_argument("overrides", nargs="*", help="dotted overrides, e.g. data.eval_size=32")
-    command.add_argument("--model", default=None, help="checkpoint folder or preset (default: the config's model.name)")
-    command.add_argument("--base", default=None, help="a second model to compare against")
-    command.set_defaults(handler=run_eval_command)
-    return command
-
-
 def run_eval_command(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_yaml(args.config, overrides=args.overrides)
     report = evaluate_sync(args.model or cfg.model.name, None, cfg)

@@ -1,7 +1,8 @@
 """`rlfactory-nb tools list CONFIG` and `rlfactory-nb tools call CONFIG NAME '{"json": "args"}'`.
 
 For checking a tools config from a shell before a run: are the servers starting, what does the model
-see, what does a call return. `add_tools_parser` plugs into the main CLI; `main` runs it standalone
+see, what does a call return. The parser lives in the main CLI (`rlfactory_nb/cli.py`), which imports
+this module only when a `tools` command runs; `main` runs it standalone
 (`python -m rlfactory_nb.tools.cli list examples/calculator/tools.yaml`).
 """
 
@@ -12,28 +13,11 @@ import asyncio
 import dataclasses
 import json
 import sys
-from typing import Any
 
+from rlfactory_nb import cli
 from rlfactory_nb.config import ConfigError
 from rlfactory_nb.tools.mcp import ServerStartError
 from rlfactory_nb.tools.toolset import ToolSet
-
-
-def add_tools_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the `tools` command (with `list` and `call`) to an argparse subparsers object."""
-    tools = subparsers.add_parser("tools", help="list or call the tools of a tools config")
-    actions = tools.add_subparsers(dest="tools_command", required=True)
-    listing = actions.add_parser("list", help="start the servers and print every tool with its schema")
-    listing.add_argument("config", help="tools config: our YAML or an mcpServers JSON")
-    listing.add_argument("--json", action="store_true", help="print the specs as JSON (OpenAI tools format)")
-    call = actions.add_parser("call", help="call one tool and print its result")
-    call.add_argument("config", help="tools config: our YAML or an mcpServers JSON")
-    call.add_argument("name", help="tool name (short, or server.tool)")
-    call.add_argument("arguments", nargs="?", default="{}", help="arguments as a JSON object (default {})")
-    call.add_argument("--timeout-s", type=float, default=None, help="override the per-call timeout")
-    call.add_argument("--json", action="store_true", help="print the whole ToolResult as JSON")
-    tools.set_defaults(handler=run_tools_command)
-    return tools
 
 
 def run_tools_command(args: argparse.Namespace) -> int:
@@ -81,13 +65,7 @@ def _print_specs(tools: ToolSet, as_json: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Standalone entry: `list ...` / `call ...` (a leading `tools` is accepted too)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "tools":
-        argv.insert(0, "tools")
-    parser = argparse.ArgumentParser(prog="rlfactory-nb")
-    add_tools_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.handler(args)
+    return cli.run_command("tools", argv)
 
 
 if __name__ == "__main__":

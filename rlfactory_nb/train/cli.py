@@ -1,33 +1,17 @@
 """`rlfactory-nb train CONFIG [key=value ...] [--resume]`: a training run from a shell.
 
-`add_train_parser` plugs the command into the main CLI (`rlfactory_nb/cli.py`). Overrides are the
-config's dotted keys (`grpo.steps=5 cluster.num_workers=2`), validated like the file itself.
+The parser lives in the main CLI (`rlfactory_nb/cli.py`), which imports this module only when `train`
+runs. Overrides are the config's dotted keys (`grpo.steps=5 cluster.num_workers=2`), validated like
+the file itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
+from rlfactory_nb import cli
 from rlfactory_nb.config import RunConfig
-
-
-def add_train_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the `train` command to an argparse subparsers object."""
-    train = subparsers.add_parser("train", help="run GRPO training from a run config")
-    train.add_argument("config", help="run config YAML, e.g. examples/calculator/config.yaml")
-    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. grpo.steps=5 grpo.lr=1e-4")
-    train.add_argument(
-        "--resume", action="store_true", help="continue runs/<name> from its latest checkpoint"
-    )
-    train.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the resolved config and cluster layout, then exit without starting anything",
-    )
-    train.set_defaults(handler=run_train_command)
-    return train
 
 
 def run_train_command(args: argparse.Namespace) -> int:
@@ -66,10 +50,8 @@ def describe(cfg: RunConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlfactory-nb")
-    add_train_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.handler(args)
+    """Standalone entry: `CONFIG [key=value ...]` (a leading `train` is accepted too)."""
+    return cli.run_command("train", argv)
 
 
 if __name__ == "__main__":
