@@ -22,15 +22,18 @@ __version__ = "0.1.0"
 # (importing torch and transformers up front cost each one ~10 s here).
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["parsing", "rewards"], ""),
-    **dict.fromkeys(["group_advantages", "turn_advantages", "zero_variance_groups"], "algo"),
     **dict.fromkeys(
-        ["ClusterConfig", "ConfigError", "DataConfig", "GRPOConfig", "ModelConfig", "RewardConfig",
-         "RolloutConfig", "RunConfig", "ToolsConfig"],
+        ["group_advantages", "register_loss", "turn_advantages", "zero_variance_groups"], "algo"
+    ),
+    **dict.fromkeys(
+        ["ClusterConfig", "ConfigError", "DataConfig", "GRPOConfig", "LoraConfig", "ModelConfig",
+         "RewardConfig", "RolloutConfig", "RunConfig", "ToolsConfig"],
         "config",
     ),
     **dict.fromkeys(["Generation", "SamplingParams", "create_engine"], "engines"),
     **dict.fromkeys(["ParseResult", "get_parser"], "parsing"),
     "Policy": "policy",
+    "export": "train.export",
     **dict.fromkeys(["LLMJudge", "RewardOutcome", "RewardRunner", "load_reward"], "rewards"),
     **dict.fromkeys(["Agent", "AgentSession"], "rollout.agent"),
     "format_trajectory": "rollout.display",

@@ -99,7 +99,7 @@ class Policy:
         if kind == "hf":
             return create_engine("hf", (self.model, self.tokenizer), **options)
         if self.base_path is not None:  # an adapter folder: engines that load a folder need it merged
-            from rlfactory_nb.export import export
+            from rlfactory_nb.train.export import export
 
             return create_engine(kind, str(export(self, _merged_folder(self.path))), **options)
         return create_engine(kind, str(self.path), **options)

@@ -12,7 +12,7 @@ the compute dtype (see `rlfactory_nb.train.precision`).
   itself, which needs no merge.
 - A checkpoint of a LoRA run is a peft adapter folder (adapter_config.json names the base) plus the
   tokenizer and trainer state. `load_adapter_checkpoint` opens one for inference (merged) or for
-  training (adapters trainable); `rlfactory_nb.export` writes a merged Hugging Face folder.
+  training (adapters trainable); `rf.export` writes a merged Hugging Face folder.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ compute dtype (`model.dtype`):
                  the adapters in float32 (they are what AdamW steps)
 
 Engines receive weights cast to the compute dtype (`engine_state`). Checkpoints hold the float32
-master, so a resumed run continues exactly; `rlfactory_nb.export` writes the compute-dtype folder.
+master, so a resumed run continues exactly; `rf.export` writes a bfloat16 (or any) folder.
 
 float16 compute would need loss scaling (its 5 exponent bits underflow small gradients), which this
 project does not implement, so it is refused with an error that says what to use instead.
