@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from rlfactory_nb import presets
 from rlfactory_nb.train import lora
+from rlfactory_nb.train.checkpoint import verify_digests
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -56,6 +57,7 @@ class Policy:
         merged into plain weights, or with `trainable_adapter` kept as adapters to train on (resume)."""
         name = str(name_or_path)
         path = presets.preset_path(name, log=log) if name in presets.PRESETS else Path(name)
+        verify_digests(path)  # a checkpoint folder: refuse files changed since they were written
         if lora.is_adapter_folder(path):
             return cls._load_adapter(path, device, dtype, log, trainable_adapter)
         target = resolve_device(device)
