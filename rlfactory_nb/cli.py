@@ -3,6 +3,7 @@
     rlfactory-nb demo [--out DIR]            the main job on the embedded default
     rlfactory-nb train CONFIG [key=value] [--resume]   GRPO training, headless
     rlfactory-nb eval ...                    evaluate a checkpoint or model on a dataset
+    rlfactory-nb export CHECKPOINT OUT       a checkpoint (LoRA merged) as a plain Hugging Face folder
     rlfactory-nb tools list|call CONFIG ...  check a tools config from a shell
     rlfactory-nb config CONFIG [key=value]   validate a run config and print it resolved
 
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_demo_parser,
         add_train_parser,
         add_eval_parser,
+        add_export_parser,
         add_tools_parser,
         add_config_parser,
     ):
@@ -111,6 +113,22 @@ def add_eval_parser(commands: Any) -> argparse.ArgumentParser:
     evaluate.add_argument("--base", default=None, help="a second model to compare against")
     evaluate.set_defaults(handler=_deferred("rlfactory_nb.eval:run_eval_command"))
     return evaluate
+
+
+def add_export_parser(commands: Any) -> argparse.ArgumentParser:
+    export = _add_command(
+        commands,
+        "export",
+        "write a checkpoint as a Hugging Face folder (LoRA merged)",
+        "rlfactory-nb export runs/calculator/checkpoints/step_000030 exported/calculator --dtype bfloat16",
+    )
+    export.add_argument("checkpoint", help="a checkpoint folder (full or LoRA), a model folder or preset")
+    export.add_argument("out", help="the folder to write (replaced if it exists)")
+    export.add_argument(
+        "--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"), help="weights dtype"
+    )
+    export.set_defaults(handler=_deferred("rlfactory_nb.train.export:run_export_command"))
+    return export
 
 
 def add_tools_parser(commands: Any) -> argparse.ArgumentParser:

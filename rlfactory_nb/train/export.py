@@ -17,6 +17,13 @@ import torch
 EXPORT_DTYPES = ("bfloat16", "float16", "float32")
 
 
+def run_export_command(args: Any) -> int:
+    """`rlfactory-nb export CHECKPOINT OUT [--dtype]`."""
+    folder = export(args.checkpoint, args.out, dtype=args.dtype)
+    print(f"wrote {folder} ({args.dtype}): load it with transformers' from_pretrained or vLLM")
+    return 0
+
+
 def export(
     source: str | Path | Any, out: str | Path, dtype: str = "bfloat16", overwrite: bool = True
 ) -> Path:

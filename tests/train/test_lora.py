@@ -132,3 +132,12 @@ async def test_resuming_with_the_other_kind_of_checkpoint_is_refused_before_anyt
         await trainer.close()
     with pytest.raises(CheckpointError, match="holds full fine-tuning weights but the run config says model.lora is set"):
         await Trainer(full.replace({"model.lora": {"rank": 4}})).start(resume=True)
+
+
+def test_the_export_command_writes_a_folder_transformers_loads(tmp_path, tiny_dir):
+    from rlfactory_nb.cli import main
+
+    assert main(["export", str(tiny_dir), str(tmp_path / "out"), "--dtype", "bfloat16"]) == 0
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert torch.allclose(logits(model.float(), IDS), logits(tiny_random_qwen3(), IDS), atol=0.1)
