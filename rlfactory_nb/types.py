@@ -13,12 +13,15 @@ Messages stay plain dicts (OpenAI / Hugging Face chat format) so that any chat t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired
+
+from typing_extensions import TypedDict  # pydantic validates only this TypedDict on Python < 3.12
 
 ToolStatus = Literal["ok", "error", "timeout", "invalid_args", "unknown_tool"]
 FinishReason = Literal["stop", "max_turns", "length", "error"]
@@ -170,8 +173,35 @@ def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path, append: boo
 
 
 def load_jsonl(path: str | Path) -> list[Trajectory]:
+    """Read a file written by `save_jsonl`. Such files are shared, so every field's type is checked: a
+    line that is not JSON or not a trajectory raises a ValueError naming the file, the line and the field.
+    """
+    from pydantic import ValidationError
+
+    trajectories = []
     with Path(path).open(encoding="utf-8") as lines:
-        return [Trajectory.from_dict(json.loads(line)) for line in lines if line.strip()]
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                trajectories.append(_trajectory_schema().validate_json(line, strict=True))
+            except ValidationError as error:
+                raise ValueError(f"{path}, line {number}: not a trajectory: {_describe(error)}") from None
+    return trajectories
+
+
+@functools.cache
+def _trajectory_schema() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Trajectory)
+
+
+def _describe(error: Any, shown: int = 5) -> str:
+    """The first problems of a pydantic ValidationError, each as `field.path: message`."""
+    problems = [f"{'.'.join(map(str, e['loc'])) or 'the line'}: {e['msg']}" for e in error.errors()]
+    more = f" (and {len(problems) - shown} more)" if len(problems) > shown else ""
+    return "; ".join(problems[:shown]) + more
 
 
 @dataclass

@@ -40,9 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from rlfactory_nb.config import ConfigError, build
+from rlfactory_nb.config_schema import ConfigError, build, load_yaml
 
 
 @dataclass(frozen=True)
@@ -188,10 +186,13 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[Any, str, Path]:
     if not path.is_file():
         raise ConfigError([f"tools config file not found: {path} (give a path to a .yaml or .json file)"])
     text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError([f"cannot parse: {exc}"], str(path)) from exc
+    if path.suffix != ".json":
+        data = load_yaml(text, str(path))  # refuses alias bombs and unreadable YAML as a ConfigError
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError([f"cannot parse: {exc}"], str(path)) from exc
     return data if data is not None else {}, str(path), path.resolve().parent
 
 

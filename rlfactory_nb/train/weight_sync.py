@@ -51,13 +51,27 @@ def free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
+def open_store(host: str, port: int, world_size: int, rank: int) -> torch.distributed.TCPStore:
+    """A process group's rendezvous store, hosted by rank 0 and listening on `host` only.
+
+    Given a host, torch's TCPStore still listens on every interface (`::`), so rank 0 binds the
+    socket itself and hands it over (`master_listen_fd`)."""
+    import torch.distributed as dist
+
+    listen_fd = None
+    if rank == 0:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listen_fd = socket.create_server((host, port), family=family).detach()  # the store closes it
+    return dist.TCPStore(
+        host, port, world_size, is_master=rank == 0, timeout=GROUP_TIMEOUT, master_listen_fd=listen_fd
+    )
+
+
 def open_group(address: GroupAddress, rank: int, device: torch.device) -> torch.distributed.ProcessGroup:
     """Join the sync group (blocks until all `world_size` ranks have joined)."""
     import torch.distributed as dist
 
-    store = dist.TCPStore(
-        address.host, address.port, address.world_size, is_master=rank == 0, timeout=GROUP_TIMEOUT
-    )
+    store = open_store(address.host, address.port, address.world_size, rank)
     if device.type == "cuda":
         return dist.ProcessGroupNCCL(store, rank, address.world_size)
     return dist.ProcessGroupGloo(store, rank, address.world_size, GROUP_TIMEOUT)
