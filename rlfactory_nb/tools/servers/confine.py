@@ -1,22 +1,30 @@
 """Kernel-enforced confinement for the python sandbox's child process (Linux only).
 
-Resource limits (rlimits) bound time, memory and output, but not *where* code writes nor whether it
-starts processes (RLIMIT_NPROC is per user and ignored for root, which containers often are). Two
-kernel features close that gap without root, a container or any package:
+Resource limits (rlimits) bound time, memory and output, but not *where* code writes, what it may
+reach nor whether it starts processes (RLIMIT_NPROC is per user and ignored for root, which
+containers often are). Three kernel features close that gap without a container or any package:
 
 * **Landlock** (Linux >= 5.13): after `restrict_self` the process and everything it execs may create,
   write, truncate, rename or delete files only beneath the sandbox's temporary folder (and write to
   /dev/null). Reading is not restricted. Where the kernel has Landlock ABI >= 4, TCP `connect` and
   `bind` are refused too; with ABI >= 6, signals to processes outside the sandbox (the server) and
   abstract unix sockets are refused.
+* **Another user** (when the server runs as root): the child switches to uid/gid 65534 with no
+  supplementary groups and keeps one capability, CAP_DAC_READ_SEARCH (as an ambient capability, so
+  it survives exec): the interpreter may live where only root can enter (/root/.pyenv). Without the
+  others it cannot read other processes' /proc/<pid>/environ or memory (ptrace checks: another uid,
+  fewer capabilities), nor chmod, chown, utime or setxattr files it does not own, nor make a file
+  immutable, nor open raw sockets. Run as an ordinary user, the child stays that user.
 * **seccomp**: a small BPF filter makes every way to create a process fail with EPERM (`fork`,
-  `vfork`, `clone` without CLONE_THREAD; `clone3` fails with ENOSYS so libc falls back to `clone`).
-  Threads are still allowed.
+  `vfork`, `clone` without CLONE_THREAD; `clone3` fails with ENOSYS so libc falls back to `clone`);
+  threads are still allowed. It also refuses `socket` (any family: no TCP, MPTCP, UDP, ICMP, unix,
+  netlink or packet sockets; `socketpair`, which asyncio uses, still works) unless the network is
+  allowed, and `io_uring_setup` (io_uring can open sockets past seccomp), `open_by_handle_at`,
+  `ptrace`, `process_vm_readv/writev`, `unshare` and `setns`.
 
-Everything that allocates (the BPF program, the libc handle) is prepared in the parent; the child
-(between fork and exec, in `preexec_fn`) only makes system calls. Where a feature is missing the
-confinement says so (`Confinement.describe`) and the sandbox runs with rlimits only: these contain
-accidents and runaway code from a model, they are not a boundary against a determined attacker.
+Everything that allocates (the BPF program, the libc handle, packed structs) is prepared in the
+parent; the child (between fork and exec, in `preexec_fn`) only makes system calls. Where a feature
+is missing the confinement says so (`Confinement.describe`) and the sandbox runs with what is left.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import os
 import platform
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 # Landlock (include/uapi/linux/landlock.h); the syscall numbers are the same on x86_64 and aarch64.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -40,16 +49,32 @@ _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
+# Identity: uid/gid 65534 ("nobody"), keeping only CAP_DAC_READ_SEARCH (linux/capability.h, prctl.h)
+SANDBOX_UID = 65534
+_CAP_DAC_READ_SEARCH = 2
+_PR_CAPBSET_DROP, _PR_SET_KEEPCAPS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE = 24, 8, 47, 2
+_CAP_HEADER = struct.pack("<Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+_CAP_DATA = struct.pack("<6I", *(1 << _CAP_DAC_READ_SEARCH,) * 3, 0, 0, 0)  # effective, permitted, inheritable
+
 # seccomp BPF
 _LD_ABS_W, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _CLONE_THREAD = 0x00010000
 _X32_SYSCALL_BIT = 0x40000000
-# (audit arch, clone, clone3, fork, vfork); aarch64 has no fork/vfork system calls
+_DENIED = ("fork", "vfork", "io_uring_setup", "open_by_handle_at", "ptrace", "process_vm_readv",
+           "process_vm_writev", "unshare", "setns")
+# audit arch and system call numbers; aarch64 has no fork/vfork system calls
 _ARCHES = {
-    "x86_64": (0xC000003E, 56, 435, 57, 58),
-    "aarch64": (0xC00000B7, 220, 435, None, None),
+    "x86_64": (0xC000003E, {
+        "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "socket": 41, "io_uring_setup": 425,
+        "open_by_handle_at": 304, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+        "unshare": 272, "setns": 308,
+    }),
+    "aarch64": (0xC00000B7, {
+        "clone": 220, "clone3": 435, "socket": 198, "io_uring_setup": 425, "open_by_handle_at": 265,
+        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "unshare": 97, "setns": 268,
+    }),
 }
 
 
@@ -64,19 +89,28 @@ class Confinement:
     landlock_abi: int
     """0 when the kernel has no Landlock"""
     network: bool
-    """False: TCP connect/bind refused (needs landlock_abi >= 4)"""
+    """False: no sockets but socketpair (seccomp), and TCP connect/bind refused by Landlock ABI >= 4"""
     no_processes: bool
     """True when the seccomp filter is available for this machine's architecture"""
+    uid: int | None
+    """the user the child switches to (SANDBOX_UID when the server runs as root), None: stays"""
+    last_capability: int
+    """the kernel's highest capability number (/proc/sys/kernel/cap_last_cap)"""
 
     def describe(self) -> str:
         parts = []
         if self.landlock_abi:
             parts.append(f"writes only in the temporary folder (Landlock ABI {self.landlock_abi})")
-            if not self.network and self.landlock_abi >= 4:
-                parts.append("no TCP connections")
         else:
             parts.append("writes NOT confined (no Landlock in this kernel)")
-        parts.append("no new processes (seccomp)" if self.no_processes else "processes NOT limited")
+        if self.uid is not None:
+            parts.append(f"runs as uid {self.uid} with no capability but CAP_DAC_READ_SEARCH")
+        else:
+            parts.append("runs as the server's user (start the server as root to switch to another)")
+        if self.no_processes:
+            parts.append("no new processes" + ("" if self.network else ", no sockets") + " (seccomp)")
+        else:
+            parts.append("processes and sockets NOT limited (no seccomp filter for this machine)")
         return ", ".join(parts)
 
     def apply(self, workdir: str) -> None:
@@ -84,11 +118,11 @@ class Confinement:
         _check(_LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
         if self.landlock_abi:
             self._restrict_writes(workdir)
+        if self.uid is not None:
+            self._switch_user()
         if self.no_processes:
-            _check(
-                _LIBC.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(_PROGRAM), 0, 0),
-                "prctl(SECCOMP)",
-            )
+            program = _PROGRAMS[self.network]
+            _check(_LIBC.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "prctl(SECCOMP)")
 
     def _restrict_writes(self, workdir: str) -> None:
         abi = self.landlock_abi
@@ -114,10 +148,26 @@ class Confinement:
         finally:
             os.close(descriptor)
 
+    def _switch_user(self) -> None:
+        """Become `uid` with CAP_DAC_READ_SEARCH only: bounding set first (needs CAP_SETPCAP), then
+        the ids (KEEPCAPS so the permitted set survives), then the sets and the ambient capability."""
+        for capability in range(self.last_capability + 1):
+            if capability != _CAP_DAC_READ_SEARCH:
+                _check(_LIBC.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), f"prctl(CAPBSET_DROP, {capability})")
+        _check(_LIBC.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0), "prctl(KEEPCAPS)")
+        _check(_LIBC.setgroups(0, None), "setgroups")
+        _check(_LIBC.setresgid(self.uid, self.uid, self.uid), "setresgid")
+        _check(_LIBC.setresuid(self.uid, self.uid, self.uid), "setresuid")
+        _check(_LIBC.capset(_CAP_HEADER, _CAP_DATA), "capset")
+        _check(_LIBC.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, _CAP_DAC_READ_SEARCH, 0, 0), "prctl(CAP_AMBIENT)")
+
 
 def prepare(network: bool = False) -> Confinement:
-    """The confinement this machine supports (probed once, in the parent)."""
-    return Confinement(landlock_abi(), network, _PROGRAM is not None)
+    """The confinement this machine supports (probed in the parent)."""
+    switch_user = _LIBC is not None and os.geteuid() == 0
+    return Confinement(
+        landlock_abi(), network, _PROGRAMS is not None, SANDBOX_UID if switch_user else None, _last_capability()
+    )
 
 
 def landlock_abi() -> int:
@@ -128,12 +178,19 @@ def landlock_abi() -> int:
     return max(version, 0)
 
 
-def _no_process_filter() -> _SockFprog | None:
-    """The seccomp program described in the module docstring, for this architecture (or None)."""
-    arch = _ARCHES.get(platform.machine())
-    if arch is None or _LIBC is None:
-        return None
-    audit_arch, clone, clone3, fork, vfork = arch
+def _last_capability() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    except (OSError, ValueError):
+        return 40  # CAP_CHECKPOINT_RESTORE, the last one since Linux 5.9
+
+
+def _filter(network: bool) -> _SockFprog:
+    """The seccomp program described in the module docstring, for this architecture."""
+    audit_arch, numbers = _ARCHES[platform.machine()]
+    denied = [numbers[name] for name in _DENIED if name in numbers]
+    if not network:
+        denied.append(numbers["socket"])
     deny, no_sys, allow = ("deny", "enosys", "allow")
     # (code, k, jump-if-true label, jump-if-false label); None means "the next instruction"
     program: list[tuple[int, int, str | None, str | None] | str] = [
@@ -143,10 +200,10 @@ def _no_process_filter() -> _SockFprog | None:
     ]
     if audit_arch == _ARCHES["x86_64"][0]:
         program.append((_JGE_K, _X32_SYSCALL_BIT, deny, None))
-    program.append((_JEQ_K, clone3, no_sys, None))
-    program += [(_JEQ_K, number, deny, None) for number in (fork, vfork) if number is not None]
+    program.append((_JEQ_K, numbers["clone3"], no_sys, None))
+    program += [(_JEQ_K, number, deny, None) for number in denied]
     program += [
-        (_JEQ_K, clone, None, allow),
+        (_JEQ_K, numbers["clone"], None, allow),
         (_LD_ABS_W, 16, None, None),  # low 32 bits of args[0] (clone flags), little-endian
         (_JSET_K, _CLONE_THREAD, allow, deny),
         allow, (_RET_K, _RET_ALLOW, None, None),
@@ -192,4 +249,9 @@ def _load_libc() -> ctypes.CDLL | None:
 
 
 _LIBC = _load_libc()
-_PROGRAM = _no_process_filter()
+_PROGRAMS = (
+    {network: _filter(network) for network in (False, True)}
+    if _LIBC is not None and platform.machine() in _ARCHES
+    else None
+)
+"""the seccomp programs, by `network`; None where there is no filter for this machine"""

@@ -4,11 +4,15 @@ Each call gets a new interpreter (`python -I`, isolated: no user site, no PYTHON
 temporary working directory that is deleted afterwards, with:
   * a wall-clock limit (the whole process group is killed when it passes),
   * RLIMIT_CPU (CPU seconds) and RLIMIT_AS (address space, i.e. memory),
-  * RLIMIT_FSIZE on its output files: stdout and stderr go to files in the temp dir, so a snippet that
-    prints forever is stopped at the cap instead of filling the server's memory,
+  * a total memory budget across the runs in flight: a run waits until its RLIMIT_AS fits,
+  * stdout and stderr read through pipes, capped: the server never opens a file the snippet could
+    have replaced (a fifo would block its event loop, a symlink would make it read for the snippet),
+    and a snippet that prints forever is killed once it has printed `output_file_mb`,
+  * RLIMIT_FSIZE on the files it writes,
   * on Linux, kernel confinement (confine.py): files may be written only inside the temporary
-    directory (Landlock), no new processes can be started (seccomp; threads are fine), and where the
-    kernel allows, no TCP connections. RLIMIT_NPROC is not used: it is per user and root ignores it.
+    directory (Landlock), another user with no capability but reading when the server is root, no
+    new processes and no sockets (seccomp; threads are fine). RLIMIT_NPROC is not used: it is per
+    user and root ignores it.
 
 This contains accidents and runaway code from a model being trained; it is NOT a hardened boundary
 (the code can still read files the server's user can read, and without Landlock it can write them).
@@ -21,17 +25,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import os
 import resource
+import shutil
 import signal
+import stat
+import struct
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
 from rlfactory_nb.tools.servers import confine
+
+_FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+_FS_IMMUTABLE_FL, _FS_APPEND_FL = 0x10, 0x20
+_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -45,11 +59,22 @@ class Limits:
     output_chars: int = 4000
     """characters of stdout and of stderr reported back"""
     output_file_mb: int = 8
-    """largest file the code may write (RLIMIT_FSIZE), including its stdout and stderr"""
+    """largest file the code may write (RLIMIT_FSIZE); also the most it may print on stdout or on
+    stderr before it is killed"""
+    total_memory_mb: int = 4096
+    """memory_mb summed over the runs of one server in flight; a run waits until its share fits
+    (4 GB: eight runs at the default 512 MB, a sixth of a 24 GB machine)"""
     confine: bool = True
-    """kernel confinement (confine.py): writes only in the temp dir, no new processes, no TCP"""
+    """kernel confinement (confine.py): writes only in the temp dir, another user when root, no new
+    processes, no sockets"""
     network: bool = False
-    """allow TCP connections (only matters when `confine` is on and the kernel supports it)"""
+    """allow sockets (only matters when `confine` is on and the kernel supports it)"""
+
+    def __post_init__(self) -> None:
+        if self.total_memory_mb < self.memory_mb:
+            raise ValueError(
+                f"total_memory_mb ({self.total_memory_mb}) must hold at least one run's memory_mb ({self.memory_mb})"
+            )
 
 
 @dataclass(frozen=True)
@@ -58,11 +83,15 @@ class RunReport:
     stdout: str
     stderr: str
     timed_out: bool = False
+    output_exceeded: bool = False
+    """killed for printing more than `Limits.output_file_mb`"""
 
     def text(self) -> str:
         """What the model reads."""
         if self.timed_out:
             status = "killed: wall-time limit exceeded"
+        elif self.output_exceeded:
+            status = "killed: output limit exceeded"
         elif self.exit_code is not None and self.exit_code < 0:
             status = f"killed by signal {_signal_name(-self.exit_code)}"
         else:
@@ -70,47 +99,149 @@ class RunReport:
         return f"{status}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}".rstrip() + "\n"
 
 
-async def run_code(code: str, limits: Limits = Limits()) -> RunReport:
-    """Run `code` in a limited subprocess and report what happened."""
-    confinement = confine.prepare(limits.network) if limits.confine else None
-    with tempfile.TemporaryDirectory(prefix="rlf-sandbox-") as workdir:
-        script = Path(workdir) / "main.py"
-        script.write_text(code, encoding="utf-8")
-        out_path, err_path = Path(workdir) / ".stdout", Path(workdir) / ".stderr"
-        with out_path.open("wb") as out, err_path.open("wb") as err:
+class MemoryBudget:
+    """Memory promised to the runs in flight (their RLIMIT_AS): a run waits until its share fits in
+    the total, so concurrent calls cannot add up to more than `total_mb`. One per server (event loop)."""
+
+    def __init__(self, total_mb: int):
+        self.total_mb = total_mb
+        self.reserved_mb = 0
+        self._changed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def reserve(self, memory_mb: int) -> AsyncIterator[None]:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.reserved_mb + memory_mb <= self.total_mb)
+            self.reserved_mb += memory_mb
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self.reserved_mb -= memory_mb
+                self._changed.notify_all()
+
+
+@dataclass
+class _Output:
+    """What one pipe carried: the first `keep` bytes and how many there were in all."""
+
+    keep: int
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    async def drain(self, descriptor: int, limit: int) -> bool:
+        """Read a non-blocking pipe to its end; True as soon as more than `limit` bytes came."""
+        loop = asyncio.get_running_loop()
+        while True:
+            readable = loop.create_future()
+            loop.add_reader(descriptor, readable.set_result, None)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(descriptor)
+            try:
+                chunk = os.read(descriptor, _CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return False
+            self.data += chunk[: max(self.keep - len(self.data), 0)]
+            self.total += len(chunk)
+            if self.total > limit:
+                return True
+
+    def text(self, max_chars: int) -> str:
+        text = self.data.decode("utf-8", errors="replace")
+        if len(text) > max_chars or self.total > len(self.data):
+            return f"{text[:max_chars]}\n[... output truncated: {self.total} bytes in all]"
+        return text
+
+
+async def run_code(code: str, limits: Limits = Limits(), budget: MemoryBudget | None = None) -> RunReport:
+    """Run `code` in a limited subprocess and report what happened. With a `budget`, wait first until
+    this run's memory fits in it (the server shares one among its calls)."""
+    budget = budget or MemoryBudget(limits.total_memory_mb)
+    async with budget.reserve(limits.memory_mb):
+        confinement = confine.prepare(limits.network) if limits.confine else None
+        workdir = tempfile.mkdtemp(prefix="rlf-sandbox-")
+        try:
+            return await _run_in(workdir, code, limits, confinement)
+        finally:
+            _remove(workdir)
+
+
+async def _run_in(workdir: str, code: str, limits: Limits, confinement: confine.Confinement | None) -> RunReport:
+    script = Path(workdir) / "main.py"
+    script.write_text(code, encoding="utf-8")
+    if confinement is not None and confinement.uid is not None:
+        os.chown(workdir, confinement.uid, confinement.uid)
+    # Our own pipes, not asyncio's: its Process.wait() would also wait for pipes a killed snippet's
+    # escaped children might hold, and for output we stopped reading.
+    (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
+    try:
+        try:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-I",
                 str(script),
                 cwd=workdir,
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
+                stdout=out_write,
+                stderr=err_write,
                 env=_minimal_env(workdir),
                 preexec_fn=lambda: _apply_limits(limits, confinement, workdir),
                 start_new_session=True,
             )
-            timed_out = await _wait(process, limits.timeout_s)
-        return RunReport(
-            exit_code=process.returncode,
-            stdout=_read_capped(out_path, limits.output_chars),
-            stderr=_read_capped(err_path, limits.output_chars),
-            timed_out=timed_out,
+        finally:
+            os.close(out_write)
+            os.close(err_write)
+        keep = limits.output_chars * 4 + 4  # at most 4 bytes per character in UTF-8
+        out, err = _Output(keep), _Output(keep)
+        timed_out, exceeded = await _supervise(process, {out_read: out, err_read: err}, limits)
+    finally:
+        os.close(out_read)
+        os.close(err_read)
+    return RunReport(
+        exit_code=process.returncode,
+        stdout=out.text(limits.output_chars),
+        stderr=err.text(limits.output_chars),
+        timed_out=timed_out,
+        output_exceeded=exceeded,
+    )
+
+
+async def _supervise(
+    process: asyncio.subprocess.Process, outputs: dict[int, _Output], limits: Limits
+) -> tuple[bool, bool]:
+    """Wait for the process while reading its output (pipe read ends to records); kill its whole
+    group (children too) when the wall time passes or it prints too much.
+    Returns (timed out, output exceeded)."""
+    limit = limits.output_file_mb * 1024 * 1024
+    for descriptor in outputs:
+        os.set_blocking(descriptor, False)
+    drains = [asyncio.create_task(output.drain(descriptor, limit)) for descriptor, output in outputs.items()]
+    exited = asyncio.create_task(process.wait())
+    deadline = asyncio.get_running_loop().time() + limits.timeout_s
+    pending, timed_out, exceeded = {exited, *drains}, False, False
+    while not exited.done() and not exceeded:
+        done, pending = await asyncio.wait(
+            pending, timeout=deadline - asyncio.get_running_loop().time(), return_when=asyncio.FIRST_COMPLETED
         )
-
-
-async def _wait(process: asyncio.subprocess.Process, timeout_s: float) -> bool:
-    """Wait for the process; on timeout kill its whole group (children too). True if it timed out."""
-    try:
-        await asyncio.wait_for(process.wait(), timeout_s)
-        return False
-    except TimeoutError:
+        timed_out = not done
+        exceeded = any(task.result() for task in done if task is not exited)
+        if timed_out:
+            break
+    if timed_out or exceeded:
         try:
             os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        await process.wait()
-        return True
+    await exited
+    await asyncio.wait(drains, timeout=1.0)  # the rest of the output, unless an escaped child holds a pipe
+    for task in drains:
+        task.cancel()
+    await asyncio.gather(*drains, return_exceptions=True)
+    return timed_out, exceeded
 
 
 def _apply_limits(limits: Limits, confinement: confine.Confinement | None, workdir: str) -> None:
@@ -135,14 +266,37 @@ def _minimal_env(workdir: str) -> dict[str, str]:
     }
 
 
-def _read_capped(path: Path, max_chars: int) -> str:
-    with path.open("rb") as file:
-        data = file.read(max_chars * 4 + 4)  # at most 4 bytes per character in UTF-8
-        total = path.stat().st_size
-    text = data.decode("utf-8", errors="replace")
-    if len(text) > max_chars or total > len(data):
-        return f"{text[:max_chars]}\n[... output truncated: {total} bytes in all]"
-    return text
+def _remove(workdir: str) -> None:
+    """Delete a run's folder (rmtree never follows symlinks). Immutable or append-only flags, which a
+    snippet can set only without confinement, are cleared first where they block; a folder that
+    still resists is reported on the server's stderr and the run's result is returned all the same."""
+    try:
+        shutil.rmtree(workdir)
+        return
+    except OSError:
+        _clear_flags(workdir)
+    try:
+        shutil.rmtree(workdir)
+    except OSError as error:
+        print(f"python_sandbox: could not remove {workdir}: {error}", file=sys.stderr, flush=True)
+
+
+def _clear_flags(workdir: str) -> None:
+    for folder, _, files in os.walk(workdir):
+        for path in (folder, *(os.path.join(folder, name) for name in files)):
+            try:
+                descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if stat.S_ISREG(os.fstat(descriptor).st_mode) or stat.S_ISDIR(os.fstat(descriptor).st_mode):
+                    (flags,) = struct.unpack("i", fcntl.ioctl(descriptor, _FS_IOC_GETFLAGS, bytes(4)))
+                    cleared = flags & ~(_FS_IMMUTABLE_FL | _FS_APPEND_FL)
+                    fcntl.ioctl(descriptor, _FS_IOC_SETFLAGS, struct.pack("i", cleared))
+            except OSError:
+                pass
+            finally:
+                os.close(descriptor)
 
 
 def _signal_name(number: int) -> str:
@@ -154,12 +308,13 @@ def _signal_name(number: int) -> str:
 
 def build_server(limits: Limits = Limits()) -> MCPServer:
     server = MCPServer("python_sandbox", log_level="WARNING")
+    budget = MemoryBudget(limits.total_memory_mb)
 
     @server.tool(name="run_python")
     async def run_python(code: str) -> str:
         """Run a Python 3 program in a fresh sandboxed process and return its exit status, stdout and
         stderr. Print what you want to see. Limits: wall time, CPU time, memory and output size."""
-        return (await run_code(code, limits)).text()
+        return (await run_code(code, limits, budget)).text()
 
     return server
 
@@ -172,12 +327,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-mb", type=int, default=defaults.memory_mb)
     parser.add_argument("--output-chars", type=int, default=defaults.output_chars)
     parser.add_argument("--output-file-mb", type=int, default=defaults.output_file_mb)
-    parser.add_argument("--no-confine", action="store_true", help="rlimits only: no Landlock, no seccomp")
-    parser.add_argument("--network", action="store_true", help="allow TCP connections from the code")
+    parser.add_argument(
+        "--total-memory-mb", type=int, default=defaults.total_memory_mb,
+        help="memory of all runs in flight together; more calls wait",
+    )
+    parser.add_argument("--no-confine", action="store_true", help="rlimits only: no Landlock, no seccomp, same user")
+    parser.add_argument("--network", action="store_true", help="allow sockets (TCP, UDP, ...) from the code")
     args = parser.parse_args(argv)
     limits = Limits(
         args.timeout_s, args.cpu_s, args.memory_mb, args.output_chars, args.output_file_mb,
-        confine=not args.no_confine, network=args.network,
+        total_memory_mb=args.total_memory_mb, confine=not args.no_confine, network=args.network,
     )
     confinement = confine.prepare(limits.network).describe() if limits.confine else "off (--no-confine)"
     print(f"python_sandbox: confinement: {confinement}", file=sys.stderr, flush=True)
