@@ -164,10 +164,8 @@ class Confinement:
 
 def prepare(network: bool = False) -> Confinement:
     """The confinement this machine supports (probed in the parent)."""
-    switch_user = _LIBC is not None and os.geteuid() == 0
-    return Confinement(
-        landlock_abi(), network, _PROGRAMS is not None, SANDBOX_UID if switch_user else None, _last_capability()
-    )
+    uid = SANDBOX_UID if _can_switch_user() else None
+    return Confinement(landlock_abi(), network, _PROGRAMS is not None, uid, _last_capability())
 
 
 def landlock_abi() -> int:
@@ -176,6 +174,28 @@ def landlock_abi() -> int:
         return 0
     version = _LIBC.syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
     return max(version, 0)
+
+
+def _can_switch_user() -> bool:
+    """Root with CAP_SETGID, CAP_SETUID and CAP_SETPCAP, in a user namespace (if any) that maps
+    SANDBOX_UID and allows setgroups: not so in some rootless containers."""
+    if _LIBC is None or os.geteuid() != 0:
+        return False
+    try:
+        status = Path("/proc/self/status").read_text()
+        effective = int(status.split("CapEff:")[1].split()[0], 16)
+        maps = [Path(f"/proc/self/{name}_map").read_text().split() for name in ("uid", "gid")]
+        setgroups = Path("/proc/self/setgroups").read_text().strip()
+    except (OSError, IndexError, ValueError):
+        return False
+    needed = 1 << 6 | 1 << 7 | 1 << 8  # CAP_SETGID, CAP_SETUID, CAP_SETPCAP
+    return effective & needed == needed and setgroups == "allow" and all(_maps(words, SANDBOX_UID) for words in maps)
+
+
+def _maps(words: list[str], inside: int) -> bool:
+    """Whether an id map (/proc/self/uid_map: lines of "inside outside count") covers `inside`."""
+    numbers = [int(word) for word in words]
+    return any(start <= inside < start + count for start, count in zip(numbers[::3], numbers[2::3]))
 
 
 def _last_capability() -> int:

@@ -289,7 +289,8 @@ def _clear_flags(workdir: str) -> None:
             except OSError:
                 continue
             try:
-                if stat.S_ISREG(os.fstat(descriptor).st_mode) or stat.S_ISDIR(os.fstat(descriptor).st_mode):
+                mode = os.fstat(descriptor).st_mode
+                if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
                     (flags,) = struct.unpack("i", fcntl.ioctl(descriptor, _FS_IOC_GETFLAGS, bytes(4)))
                     cleared = flags & ~(_FS_IMMUTABLE_FL | _FS_APPEND_FL)
                     fcntl.ioctl(descriptor, _FS_IOC_SETFLAGS, struct.pack("i", cleared))
