@@ -73,14 +73,20 @@ class ModelConfig:
 class ToolsConfig:
     config: NonEmptyStr | None = None
     """path to a tools file (our YAML or an `{"mcpServers": ...}` JSON); None: no tools"""
-    timeout_s: PositiveFloat = 30.0
-    """default per-call timeout, overridable per tool in the tools file"""
-    max_concurrency: PositiveInt = 64
-    """calls in flight at once across all tools"""
-    max_result_chars: PositiveInt = 4000
-    """tool output longer than this is truncated (with a marker) before the model sees it"""
-    cache: bool = True
-    """cache results by tool name + arguments (tools can opt out in the tools file)"""
+    timeout_s: PositiveFloat | None = None
+    """default per-call timeout, overridable per tool in the tools file. None (here and below): the
+    tools file's `settings:`, else the ToolSet default (30 s)"""
+    max_concurrency: PositiveInt | None = None
+    """calls in flight at once across all tools (default 64)"""
+    max_result_chars: PositiveInt | None = None
+    """tool output longer than this is truncated (with a marker) before the model sees it (default 4000)"""
+    cache: bool | None = None
+    """cache results by tool name + arguments (tools can opt out in the tools file; default on)"""
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings this config sets explicitly: they win over the tools file's `settings:`."""
+        names = ("timeout_s", "max_concurrency", "max_result_chars", "cache")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True)
@@ -107,12 +113,23 @@ class RolloutConfig:
 class RewardConfig:
     function: NonEmptyStr = "rlfactory_nb.rewards.functions:exact_match"
     """the reward function, as `module:function` or `path/to/file.py:function`"""
+    args: dict[str, Any] = field(default_factory=dict)
+    """keyword arguments for `function`; when given, `function` is a factory called once with them
+    and what it returns is the reward, e.g. `function: rlfactory_nb.rewards:reward_model` with
+    `args: {path: ./my-reward-model, batch_size: 16}`"""
     on_error: Literal["fail", "zero"] = "zero"
     """a reward function that raises or returns a non-number: fail the step, or score 0 (counted)"""
     max_concurrency: PositiveInt = 32
     """samples scored at once"""
     timeout_s: PositiveFloat = 60.0
     """per-sample scoring time limit"""
+
+
+@dataclass(frozen=True)
+class DynamicSamplingConfig:
+    max_rounds: NonNegativeInt = 3
+    """extra rounds of `prompts_per_step` prompts a step may draw to replace its zero-variance groups
+    (0: none, the same as no dynamic sampling)"""
 
 
 @dataclass(frozen=True)
@@ -124,11 +141,17 @@ class GRPOConfig:
     group_size: PositiveInt = 8
     """rollouts per prompt; advantages are relative within a group"""
     lr: PositiveFloat = 3e-4
-    """AdamW learning rate"""
+    """AdamW learning rate (the peak, with a schedule)"""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """the rate after warmup: "constant"; "linear" or "cosine" decay from `lr` towards 0 over the
+    remaining steps (see `rlfactory_nb.train.schedule`)"""
+    warmup_steps: NonNegativeInt = 0
+    """steps over which the rate rises linearly to `lr` (at most `steps`; 0: no warmup)"""
     weight_decay: NonNegativeFloat = 0.0
     """AdamW weight decay"""
     loss: NonEmptyStr = "grpo"
-    """policy loss by registry name: "grpo" (Shao et al. 2024), "dapo" (Yu et al. 2025), "dr_grpo" (Liu et al. 2025)"""
+    """policy loss by registry name: "grpo" (Shao et al. 2024), "dapo" (Yu et al. 2025), "dr_grpo" (Liu et al. 2025), "gspo" (Zheng et al. 2025; sequence-level ratio, set
+    clip_low/clip_high to about 3e-4/4e-4), or "module:function" for one registered in your own module"""
     clip_low: Annotated[float, Range(ge=0, lt=1)] = 0.2
     """PPO clip range below 1"""
     clip_high: NonNegativeFloat = 0.28
@@ -143,6 +166,14 @@ class GRPOConfig:
     """divide group-centred rewards by the group std (False: Dr. GRPO)"""
     filter_zero_variance: bool = True
     """drop groups whose rewards are all equal (they carry no signal)"""
+    dynamic_sampling: DynamicSamplingConfig | None = None
+    """refill the dropped groups (DAPO's dynamic sampling): e.g. `{max_rounds: 3}` draws up to 3 more
+    rounds of prompts until the step has `prompts_per_step` groups with signal; None: steps train on
+    what is left after filtering (see `rlfactory_nb.train.selection`)"""
+    mask_truncated: bool = False
+    """leave trajectories cut off by a limit (max_new_tokens, max_total_tokens or max_turns: their
+    finish_reason is "length" or "max_turns") out of the loss; they still count in the reward metrics
+    and `rollout/truncated`"""
     ppo_epochs: PositiveInt = 1
     """passes over each step's rollouts"""
     mini_batch_size: PositiveInt = 32
@@ -162,6 +193,12 @@ class GRPOConfig:
     truncate_ratio: PositiveFloat | None = None
     """None: old logprobs are the rollout engine's. A number: the trainer recomputes them and weights
     tokens by the engine/trainer ratio capped here (TIS, Yao et al. 2025; useful with vLLM engines)"""
+    is_level: Literal["token", "sequence"] = "token"
+    """with truncate_ratio: one engine/trainer importance weight per token, or one per sequence (the
+    product of its tokens' ratios; TRL's vllm_importance_sampling_mode sequence_*)"""
+    is_mode: Literal["truncate", "mask"] = "truncate"
+    """with truncate_ratio: weights above it are capped ("truncate", TIS) or zeroed ("mask": the
+    tokens or sequences the engine and trainer disagree on most are left out)"""
     max_tokens_per_micro_batch: PositiveInt | None = None
     """bound micro-batches by padded tokens instead of rows: rows are sorted by length and packed
     (never split) so that rows x longest row stays under this; None: `micro_batch_size` rows each"""
@@ -172,6 +209,18 @@ class GRPOConfig:
     """checkpoints kept on disk (older ones are deleted; 0 keeps all)"""
     trajectories_per_step: Annotated[int, Range(ge=-1)] = 32
     """trajectories saved per step to trajectories/step_XXXXXX.jsonl (-1: all, 0: none)"""
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        """Rules across fields (the builder reports them like a range): (field, problem and fix)."""
+        problems = []
+        if self.warmup_steps > self.steps:
+            fix = "lower warmup_steps or raise steps"
+            problem = f"{self.warmup_steps} is more than grpo.steps ({self.steps}): {fix}"
+            problems.append(("warmup_steps", problem))
+        if self.dynamic_sampling is not None and not self.filter_zero_variance:
+            fix = "set grpo.filter_zero_variance: true, or dynamic_sampling: null"
+            problems.append(("dynamic_sampling", f"replaces the groups filter_zero_variance drops: {fix}"))
+        return problems
 
 
 @dataclass(frozen=True)

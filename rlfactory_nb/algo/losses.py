@@ -54,6 +54,10 @@ class LossArgs:
     """dr_grpo's constant divisor (the generation budget in tokens); None: the batch's padded length"""
     truncate_ratio: float | None = None
     """TIS cap on the old/rollout importance weight when rollout logprobs are given (None: no cap)"""
+    is_level: Literal["token", "sequence"] = "token"
+    """that importance weight per token, or one per sequence (see `importance_ratio`)"""
+    is_mode: Literal["truncate", "mask"] = "truncate"
+    """weights over the cap are capped ("truncate") or zeroed ("mask")"""
 
     @classmethod
     def from_config(cls, cfg: Any, **overrides: Any) -> LossArgs:
@@ -175,19 +179,48 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 
 
 def importance_ratio(
-    logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor, truncate_ratio: float | None = None
+    logprobs: Tensor,
+    rollout_logprobs: Tensor,
+    mask: Tensor,
+    truncate_ratio: float | None = None,
+    level: Literal["token", "sequence"] = "token",
+    mode: Literal["truncate", "mask"] = "truncate",
 ) -> Tensor:
-    """Per-token importance weight pi(token) / pi_rollout(token), detached; 1 where mask == 0.
+    """Importance weight pi(token) / pi_rollout(token), detached; 1 where mask == 0.
 
     logprobs, rollout_logprobs, mask (B, T) -> (B, T).
-    Rollout engines (vLLM, bf16 kernels) sample from a slightly different distribution than the trainer
-    computes; truncated importance sampling (TIS; Yao et al. 2025, "Your efficient RL framework
-    secretly brings you off-policy RL training") reweights each token by this ratio capped at
-    `truncate_ratio`, which bounds the variance a few wildly mismatched tokens could add.
+    Rollout engines (vLLM, bf16 kernels, or weights a few versions old) sample from a slightly
+    different distribution than the trainer computes. Each token is reweighted by this ratio, capped
+    at `truncate_ratio` (TIS; Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"), which bounds the variance a few wildly mismatched tokens could add.
+
+    level "token": one ratio per token. "sequence": the product of a sequence's token ratios,
+    given to each of its tokens (the whole sample is reweighted as one; Zheng et al. 2025).
+    mode "truncate": ratios above the cap become the cap. "mask": tokens (or sequences) whose ratio
+    exceeds the cap get weight 0, dropping the samples the engine and trainer disagree on most.
+
+    >>> lp, rollout = torch.tensor([[0.0, 0.0]]), torch.tensor([[-1.0, 0.5]])
+    >>> importance_ratio(lp, rollout, torch.ones(1, 2), 2.0)
+    tensor([[2.0000, 0.6065]])
+    >>> importance_ratio(lp, rollout, torch.ones(1, 2), 2.0, mode="mask")
+    tensor([[0.0000, 0.6065]])
+    >>> importance_ratio(lp, rollout, torch.ones(1, 2), None, level="sequence")
+    tensor([[1.6487, 1.6487]])
     """
-    log_ratio = _fill(logprobs, mask) - _fill(rollout_logprobs, mask)
-    ratio = torch.exp(log_ratio.detach())
-    return ratio if truncate_ratio is None else ratio.clamp(max=truncate_ratio)
+    log_ratio = (_fill(logprobs, mask) - _fill(rollout_logprobs, mask)).detach()  # (B, T)
+    if level == "sequence":
+        log_ratio = log_ratio.sum(dim=-1, keepdim=True).expand_as(log_ratio)
+    elif level != "token":
+        raise ValueError(f"importance-sampling level must be 'token' or 'sequence', got {level!r}")
+    ratio = torch.exp(log_ratio)
+    ratio = torch.where(mask.bool(), ratio, torch.ones_like(ratio))
+    if truncate_ratio is None:
+        return ratio
+    if mode == "truncate":
+        return ratio.clamp(max=truncate_ratio)
+    if mode == "mask":
+        return torch.where(ratio > truncate_ratio, torch.zeros_like(ratio), ratio)
+    raise ValueError(f"importance-sampling mode must be 'truncate' or 'mask', got {mode!r}")
 
 
 def kl_penalty(
@@ -275,11 +308,14 @@ def _weighted(
     """Apply TIS weights when the rollout logprobs differ from the old ones (see `importance_ratio`)."""
     if rollout_logprobs is None:
         return per_token, {}
-    weight = importance_ratio(old_logprobs, rollout_logprobs, mask, args.truncate_ratio)  # (B, T)
+    weight = importance_ratio(
+        old_logprobs, rollout_logprobs, mask, args.truncate_ratio, args.is_level, args.is_mode
+    )  # (B, T)
     capped = args.truncate_ratio is not None
+    raw = importance_ratio(old_logprobs, rollout_logprobs, mask, None, args.is_level)
     metrics = {
         "tis_weight_mean": masked_mean(weight, mask).item(),
-        "tis_truncated_fraction": masked_mean((weight >= args.truncate_ratio).float(), mask).item()
+        "tis_truncated_fraction": masked_mean((raw > args.truncate_ratio).float(), mask).item()
         if capped
         else 0.0,
     }
@@ -334,6 +370,40 @@ def dr_grpo_loss(
         raise ValueError(f"LossArgs.token_budget must be a positive number of tokens, got {budget}")
     loss = (masked_sum(per_token, mask, dim=-1) / budget).mean()
     return loss, {"loss": loss.item(), **metrics}
+
+
+@register_loss("gspo")
+def gspo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    args: LossArgs = LossArgs(clip_low=3e-4, clip_high=4e-4),
+    rollout_logprobs: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
+    """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): one length-normalised ratio
+    per sequence, s = exp(mean_t (logprob_t - old_logprob_t)), clipped at the sequence level,
+
+        loss_i = -min(s_i A_i, clip(s_i, 1 - clip_low, 1 + clip_high) A_i),
+
+    then the mean over sequences. The paper's clip ranges are tiny (3e-4 / 4e-4, set
+    grpo.clip_low / clip_high), since s is a geometric mean. Per-token advantages are averaged over
+    each sequence's tokens; rollout importance weights (TIS) multiply each sequence's loss.
+    """
+    has_tokens = mask.bool().any(dim=-1)  # (B,)
+    log_ratio = _fill(logprobs, mask) - _fill(old_logprobs, mask).detach()  # (B, T)
+    ratio = torch.exp(masked_mean(log_ratio, mask, dim=-1))  # (B,)
+    advantage = advantages if advantages.dim() == 1 else masked_mean(advantages, mask, dim=-1)  # (B,)
+    clipped = ratio.clamp(1 - args.clip_low, 1 + args.clip_high)
+    per_sequence = -torch.minimum(ratio * advantage, clipped * advantage)  # (B,)
+    metrics: Metrics = {}
+    if rollout_logprobs is not None:
+        weight, metrics = _weighted(torch.ones_like(log_ratio), old_logprobs, mask, args, rollout_logprobs)
+        per_sequence = per_sequence * masked_mean(weight, mask, dim=-1)
+    loss = masked_mean(per_sequence, has_tokens)
+    token_ratio = ratio.detach()[:, None].expand_as(log_ratio)
+    token_advantage = advantage.detach()[:, None].expand_as(log_ratio)
+    return loss, {"loss": loss.item(), **_ratio_metrics(token_ratio, token_advantage, mask, args), **metrics}
 
 
 def _per_token_terms(

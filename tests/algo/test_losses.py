@@ -251,9 +251,9 @@ def test_masked_mean_by_hand_and_on_empty_rows():
 
 
 def test_unknown_loss_names_the_known_ones():
-    assert loss_names() == ["dapo", "dr_grpo", "grpo"]
-    with pytest.raises(KeyError, match="known losses: dapo, dr_grpo, grpo.*Did you mean 'grpo'"):
-        get_loss("gpro")
+    assert {"dapo", "dr_grpo", "grpo", "gspo"} <= set(loss_names())  # tests may register more
+    with pytest.raises(KeyError, match="known losses: dapo, dr_grpo, grpo, gspo.*Did you mean 'grpo'"):
+        get_loss("grpoo")
 
 
 def test_register_a_custom_loss_and_refuse_a_duplicate_name():
@@ -273,3 +273,63 @@ def test_register_a_custom_loss_and_refuse_a_duplicate_name():
 def test_loss_args_read_from_the_run_config():
     args = LossArgs.from_config(GRPOConfig(clip_low=0.1, clip_high=0.3), token_budget=512)
     assert args == LossArgs(clip_low=0.1, clip_high=0.3, token_budget=512, truncate_ratio=None)
+
+
+# ---------------------------------------------------------------- GSPO and importance-sampling levels
+
+
+def test_gspo_clips_one_length_normalised_ratio_per_sequence():
+    logprobs, old = example()
+    args = LossArgs(clip_low=0.05, clip_high=0.05)
+    loss, metrics = get_loss("gspo")(logprobs, old, ADVANTAGES, MASK, args)
+    # s0 = (1.5 * 0.9) ** (1/2) = 1.1619 -> A=+1, clipped to 1.05 -> -1.05
+    # s1 = (1.1 * 0.7 * 1.0) ** (1/3) = 0.9166 -> A=-1: -min(-0.9166, -0.95) = 0.95 (clipped)
+    assert loss.item() == pytest.approx((-1.05 + 0.95) / 2, abs=1e-4)
+    assert metrics["clip_fraction"] == pytest.approx(1.0)
+    loss.backward()
+    assert torch.count_nonzero(logprobs.grad) == 0  # both sequences clipped: no gradient
+
+
+def test_gspo_gradient_spreads_the_sequence_ratio_over_its_tokens():
+    logprobs, old = example()
+    loss, _ = get_loss("gspo")(logprobs, old, ADVANTAGES, MASK, LossArgs(clip_low=0.5, clip_high=0.5))
+    loss.backward()
+    s0 = math.sqrt(1.5 * 0.9)
+    s1 = (1.1 * 0.7) ** (1 / 3)
+    # d(-s A)/d logprob_t = -A s / |y|, then / 2 sequences
+    expected = [[-s0 / 2 / 2, -s0 / 2 / 2, 0.0], [s1 / 3 / 2] * 3]
+    assert torch.allclose(logprobs.grad, torch.tensor(expected), atol=1e-5)
+    assert losses.loss_reduction("gspo") == "sequence"
+
+
+def test_importance_weights_per_sequence_are_the_product_of_token_ratios():
+    trainer = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    engine = -torch.tensor([[0.2, 0.3, 9.0], [0.1, 0.1, 0.1]])  # ratio = exp(trainer - engine)
+    mask = MASK
+    per_sequence = importance_ratio(trainer, engine, mask, level="sequence")
+    assert per_sequence[0, 0].item() == pytest.approx(math.exp(0.5))  # the masked 9.0 is out
+    assert per_sequence[1, 2].item() == pytest.approx(math.exp(0.3))
+    assert per_sequence[0, 2].item() == 1.0  # masked positions weigh 1
+    masked = importance_ratio(trainer, engine, mask, truncate_ratio=1.5, level="sequence", mode="mask")
+    assert masked[0, :2].tolist() == [0.0, 0.0] and masked[1, 0].item() == pytest.approx(math.exp(0.3))
+    truncated = importance_ratio(trainer, engine, mask, truncate_ratio=1.5, mode="truncate")
+    assert truncated[0, :2].tolist() == pytest.approx(
+        [math.exp(0.2), min(math.exp(0.3), 1.5)]
+    )
+
+
+def test_decoupled_ppo_clips_against_the_proximal_policy_and_reweights_by_the_behaviour_policy():
+    """AReaL's decoupled objective: ratio and clip against the trainer's recomputed (proximal)
+    logprobs, times the capped proximal/behaviour weight of the engine that sampled."""
+    logprobs, _ = example()
+    proximal = torch.zeros(2, 3)
+    behaviour = torch.full((2, 3), -math.log(4.0))  # the engine gave each token 1/4 the trainer's probability
+    args = LossArgs(clip_low=0.2, clip_high=0.28, truncate_ratio=2.0)
+    loss, metrics = get_loss("dapo")(logprobs, proximal, ADVANTAGES, MASK, args, behaviour)
+    plain, _ = get_loss("dapo")(logprobs, proximal, ADVANTAGES, MASK, ARGS)
+    assert loss.item() == pytest.approx(2.0 * plain.item(), abs=1e-6)  # weight min(4, 2) = 2 on every token
+    assert metrics["tis_truncated_fraction"] == pytest.approx(1.0)
+    masked, _ = get_loss("dapo")(
+        logprobs, proximal, ADVANTAGES, MASK, LossArgs(truncate_ratio=2.0, is_mode="mask"), behaviour
+    )
+    assert masked.item() == 0.0  # every token's weight was over the cap: all masked out

@@ -42,7 +42,9 @@ def test_a_checkpoint_round_trips_its_optimizer_and_rng_under_weights_only(saved
 
 
 @pytest.mark.parametrize("digests_rewritten", [False, True])
-def test_resuming_a_checkpoint_that_carries_code_runs_none_of_it(saved, tmp_path, make_cfg, digests_rewritten):
+def test_resuming_a_checkpoint_that_carries_code_runs_none_of_it(
+    saved, tmp_path, make_cfg, digests_rewritten
+):
     marker = tmp_path / "pwned"
     with (saved.path / ckpt.TRAINER_STATE).open("wb") as file:
         pickle.dump({"step": 1, "optimizer": RunsACommand(marker), "rng": {}}, file)

@@ -5,10 +5,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlfactory_nb.config import ConfigError, LoraConfig
-from rlfactory_nb.train.export import export
 from rlfactory_nb.policy import Policy
 from rlfactory_nb.train import lora
 from rlfactory_nb.train.checkpoint import CheckpointError, load_latest
+from rlfactory_nb.train.export import export
 from rlfactory_nb.train.loop import Trainer
 from rlfactory_nb.train.precision import Precision
 from rlfactory_nb.train.trainable import TrainingSetup, is_adapted
@@ -83,13 +83,22 @@ def test_a_target_module_the_model_lacks_is_named_with_the_ones_it_has():
 
 def test_chosen_target_modules_only_are_adapted():
     model = adapted(LoraConfig(rank=2, target_modules=["q_proj", "v_proj"]))
-    layers = {name.split(".lora_A")[0].rsplit(".", 1)[-1] for name, _ in model.named_parameters() if ".lora_A" in name}
+    layers = {
+        name.split(".lora_A")[0].rsplit(".", 1)[-1]
+        for name, _ in model.named_parameters()
+        if ".lora_A" in name
+    }
     assert layers == {"q_proj", "v_proj"}
 
 
 async def test_a_lora_run_checkpoints_its_adapter_resumes_loads_and_exports(make_cfg, tmp_path):
-    cfg = make_cfg(model__lora={"rank": 4, "alpha": 8.0}, grpo__lr=1e-2, grpo__filter_zero_variance=False,
-                   grpo__kl_coef=0.1, cluster__backend="local")
+    cfg = make_cfg(
+        model__lora={"rank": 4, "alpha": 8.0},
+        grpo__lr=1e-2,
+        grpo__filter_zero_variance=False,
+        grpo__kl_coef=0.1,
+        cluster__backend="local",
+    )
     trainer = await Trainer(cfg).start()
     try:
         assert is_adapted(trainer.policy.model)
@@ -130,7 +139,9 @@ async def test_resuming_with_the_other_kind_of_checkpoint_is_refused_before_anyt
         await trainer.save_checkpoint()
     finally:
         await trainer.close()
-    with pytest.raises(CheckpointError, match="holds full fine-tuning weights but the run config says model.lora is set"):
+    with pytest.raises(
+        CheckpointError, match="holds full fine-tuning weights but the run config says model.lora is set"
+    ):
         await Trainer(full.replace({"model.lora": {"rank": 4}})).start(resume=True)
 
 

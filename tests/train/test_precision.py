@@ -54,7 +54,9 @@ def test_bfloat16_compute_with_a_float32_master_changes_the_weights_like_float32
 
 def test_a_bfloat16_master_is_the_failure_this_prevents():
     with pytest.warns(UserWarning, match="round away"):
-        precision = Precision.from_config(ModelConfig(dtype="bfloat16", master_dtype="bfloat16"), torch.device("cpu"))
+        precision = Precision.from_config(
+            ModelConfig(dtype="bfloat16", master_dtype="bfloat16"), torch.device("cpu")
+        )
     before, after = one_step(precision)
     assert changed_fraction(before, after) < 0.05  # what the issue measured: 0.3%
 
@@ -67,7 +69,9 @@ def test_float16_compute_is_refused_with_what_to_use_instead():
 def test_auto_means_float32_on_cpu_and_bfloat16_over_a_float32_master_on_gpu():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert Precision.from_config(ModelConfig(), torch.device("cpu")) == Precision(torch.float32, torch.float32)
+        assert Precision.from_config(ModelConfig(), torch.device("cpu")) == Precision(
+            torch.float32, torch.float32
+        )
         assert Precision.from_config(ModelConfig(), torch.device("cuda")) == BF16_COMPUTE
 
 

@@ -15,7 +15,7 @@ from .test_loop import hand_batch
 
 
 @register_loss("test_token_mean", reduction="token")
-def token_mean_loss(logprobs, old_logprobs, advantages, mask, args=LossArgs(), rollout_logprobs=None):
+def token_mean_loss(logprobs, old_logprobs, advantages, mask, args=None, rollout_logprobs=None):
     """A plain token-mean policy gradient, registered outside the package."""
     advantages = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     loss = masked_mean(-(logprobs - old_logprobs.detach()).exp() * advantages, mask)
@@ -27,9 +27,9 @@ def unregistered_loss(*args, **kwargs):
 
 
 def sgd_result(settings: UpdateSettings, gradient_checkpointing: bool = False):
-    model = TrainingSetup(Precision(torch.float32, torch.float32), gradient_checkpointing=gradient_checkpointing).prepare(
-        tiny_random_qwen3()
-    )
+    model = TrainingSetup(
+        Precision(torch.float32, torch.float32), gradient_checkpointing=gradient_checkpointing
+    ).prepare(tiny_random_qwen3())
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     metrics = policy_update(model, optimizer, hand_batch(), settings, step=1)
     return model.state_dict(), metrics
@@ -45,7 +45,12 @@ def assert_same_update(a, b, atol=1e-6):
 @pytest.mark.parametrize("loss", ["grpo", "dapo", f"{__name__}:token_mean_loss"])
 @pytest.mark.parametrize("budget", [8, 20, 10_000])
 def test_token_budget_micro_batches_give_the_full_batch_update(loss, budget):
-    common = {"loss": loss, "loss_args": LossArgs(token_budget=16), "mini_batch_size": 4, "max_grad_norm": 1e9}
+    common = {
+        "loss": loss,
+        "loss_args": LossArgs(token_budget=16),
+        "mini_batch_size": 4,
+        "max_grad_norm": 1e9,
+    }
     full = sgd_result(UpdateSettings(micro_batch_size=4, **common))
     packed = sgd_result(UpdateSettings(micro_batch_size=4, max_tokens_per_micro_batch=budget, **common))
     assert_same_update(full, packed)
@@ -74,7 +79,9 @@ def test_every_rank_runs_the_same_number_of_micro_batches(monkeypatch):
     for rank in (0, 1):  # one process per rank would run these concurrently; the count is what matters
         calls.clear()
         model = tiny_random_qwen3()
-        policy_update(model, torch.optim.SGD(model.parameters(), lr=0.0), hand_batch(), settings, 1, None, rank, 2)
+        policy_update(
+            model, torch.optim.SGD(model.parameters(), lr=0.0), hand_batch(), settings, 1, None, rank, 2
+        )
         counts.append(len(calls))
     assert counts[0] == counts[1] > 1
 
@@ -96,7 +103,9 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients_and_recomput
 
 
 def test_a_loss_declares_its_reduction_and_an_undeclared_one_is_refused():
-    assert update.loss_weight(hand_batch(), f"{__name__}:token_mean_loss") == float(hand_batch().loss_mask.sum())
+    assert update.loss_weight(hand_batch(), f"{__name__}:token_mean_loss") == float(
+        hand_batch().loss_mask.sum()
+    )
     assert get_loss(f"{__name__}:token_mean_loss") is token_mean_loss
     with pytest.raises(KeyError, match="not registered: decorate it with @register_loss"):
         get_loss(f"{__name__}:unregistered_loss")

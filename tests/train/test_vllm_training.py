@@ -155,3 +155,41 @@ async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(
     finally:
         await trainer.close()
         ray.shutdown()
+
+
+@pytest.mark.timeout(400)
+async def test_a_lora_run_feeds_vllm_merged_weights_and_its_export_loads_in_vllm(vllm_model_dir, tmp_path):
+    """LoRA with the vLLM engine: vLLM starts from the base folder and gets the merged weights
+    (W + scale * B @ A) at start and after every update; `rf.export` of the adapter checkpoint is a
+    folder vLLM loads as it is, with the trained behaviour."""
+    from rlfactory_nb.train.export import export
+
+    cfg = vllm_config(vllm_model_dir, tmp_path).replace({"model.lora": {"rank": 8, "alpha": 16.0}})
+    trainer = Trainer(cfg)
+    try:
+        await trainer.start()
+        row = await trainer.step_once()
+        assert row["train/optimizer_steps"] >= 1
+        prompt = trainer.policy.tokenizer.encode("What is 12 * 7? Use the calculator.")
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7)
+        generation = await trainer.backend.engine.generate(prompt, sampling)
+        model = trainer.policy.model.eval()  # the adapted model: adapters applied on the fly
+        gap = worst_gap(generation.logprobs, forward_logprobs(model, prompt, generation.token_ids))
+        assert gap < TOLERANCE[torch.float32], f"vLLM differs from the adapted model by {gap:.2e}"
+        with model.disable_adapter():
+            base = forward_logprobs(model, prompt, generation.token_ids)
+        assert worst_gap(generation.logprobs, base) > 10 * TOLERANCE[torch.float32], "the adapter did nothing"
+        checkpoint = await trainer.save_checkpoint()
+    finally:
+        await trainer.close()
+
+    folder = export(checkpoint, tmp_path / "exported", dtype="float32")
+    reloaded = VLLMEngine(folder, dtype="float32", seed=0)
+    try:
+        again = await reloaded.generate(prompt, sampling)
+        gap = worst_gap(again.logprobs, forward_logprobs(model, prompt, again.token_ids))
+        assert gap < TOLERANCE[torch.float32], (
+            f"vLLM on the export differs from the trained model by {gap:.2e}"
+        )
+    finally:
+        await reloaded.close()

@@ -105,3 +105,60 @@ async def test_broadcast_weight_sync_reaches_every_engine_and_colocated_engines_
     finally:
         await trainer.close()
         ray.shutdown()
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+async def test_lora_on_two_workers_updates_like_one_process_and_engines_get_merged_weights(
+    make_cfg, strategy
+):
+    ray = pytest.importorskip("ray")
+    from rlfactory_nb.train import lora
+
+    cfg = make_cfg(
+        model__lora={"rank": 4, "alpha": 8.0},
+        grpo__lr=1e-2,
+        grpo__kl_coef=0.1,
+        cluster__strategy=strategy,
+        cluster__num_workers=2,
+        cluster__num_engines=1,
+        cluster__cpus_per_worker=0.5,
+        cluster__object_store_memory_gb=0.3,
+    )
+    trainer = await Trainer(cfg).start()
+    try:
+        before = (await trainer.backend.worker_states())[0]
+        assert any(".lora_A." in name for name in before)
+        optimizer_state = await trainer.backend.optimizer_state()
+        metrics = await trainer.backend.update(hand_batch(), step=1)
+        assert metrics["train/kl"] >= 0
+        after = (await trainer.backend.worker_states())[0]
+        await trainer.backend.sync_weights()
+        for name, tensor in after.items():  # the frozen base never moves
+            if ".lora_" not in name:
+                assert torch.equal(tensor, before[name]), name
+
+        local = trainer.setup.prepare(tiny_random_qwen3())
+        local.load_state_dict(before)
+        optimizer = make_optimizer(local, cfg)
+        optimizer.load_state_dict(optimizer_state)
+        policy_update(
+            local,
+            optimizer,
+            hand_batch(),
+            UpdateSettings.from_config(cfg),
+            step=1,
+            reference=trainer.setup.reference(local),
+        )
+        for name, tensor in local.state_dict().items():
+            assert torch.allclose(tensor, after[name], atol=1e-5), name
+
+        merged = model_with(lora.merge_state(after, lora.scaling(cfg.model.lora)))
+        prompt = trainer.policy.tokenizer.encode("What is 12*7?")
+        generation = await trainer.backend.engine.generate(prompt, SamplingParams(max_new_tokens=8, seed=1))
+        ids = torch.tensor([prompt + generation.token_ids])
+        with torch.no_grad():
+            expected = token_logprobs(merged(input_ids=ids).logits, ids)[0, len(prompt) :]
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+    finally:
+        await trainer.close()
+        ray.shutdown()
