@@ -161,6 +161,7 @@ def _build_dataclass(cls: type, data: Any, path: str, problems: list[str]) -> An
     if not isinstance(data, Mapping):
         problems.append(f"{path or 'config'}: expected a mapping of {cls.__name__} fields, got {data!r}")
         return None
+    known = len(problems)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls, include_extras=True)
     for key in data:
@@ -180,9 +181,13 @@ def _build_dataclass(cls: type, data: Any, path: str, problems: list[str]) -> An
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             problems.append(f"{key_path}: required field is missing")
     try:
-        return cls(**kwargs)
+        value = cls(**kwargs)
     except TypeError:  # a missing required field, already reported
         return None
+    # Rules across fields (`field_problems`) run on well-typed values only.
+    if len(problems) == known and hasattr(value, "field_problems"):
+        problems.extend(f"{_join(path, name)}: {problem}" for name, problem in value.field_problems())
+    return value
 
 
 def _join(path: str, key: str) -> str:

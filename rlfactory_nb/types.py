@@ -130,6 +130,12 @@ class Trajectory:
     def num_sampled_tokens(self) -> int:
         return sum(self.loss_mask)
 
+    @property
+    def truncated(self) -> bool:
+        """Cut off by a limit rather than finished by the model: max_new_tokens or max_total_tokens
+        ("length"), or max_turns with tool calls left unanswered ("max_turns")."""
+        return self.finish_reason in ("length", "max_turns")
+
     def tool_calls(self) -> list[ToolCall]:
         return [call for turn in self.turns for call in turn.calls]
 

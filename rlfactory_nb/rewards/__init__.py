@@ -18,6 +18,7 @@ from rlfactory_nb.rewards.functions import (
 )
 from rlfactory_nb.rewards.judge import JudgeError, JudgeParseError, JudgeUsage, LLMJudge
 from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
+from rlfactory_nb.rewards.reward_model import RewardModel, RewardModelError, reward_model
 from rlfactory_nb.rewards.runner import RewardError, RewardFailure, RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.samples import make_sample
 from rlfactory_nb.rewards.values import InvalidRewardValue, RewardFunction, RewardValue, to_reward_value
@@ -33,6 +34,8 @@ __all__ = [
     "RewardFailure",
     "RewardFunction",
     "RewardLoadError",
+    "RewardModel",
+    "RewardModelError",
     "RewardOutcome",
     "RewardRunner",
     "RewardValue",
@@ -47,6 +50,7 @@ __all__ = [
     "normalize_answer",
     "numeric_match",
     "parse_number",
+    "reward_model",
     "to_reward_value",
     "tool_error_penalty",
     "tool_success_rate",

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rlfactory_nb.rewards.values import RewardFunction
 
@@ -18,13 +20,16 @@ class RewardLoadError(ImportError):
     """A reward spec that does not name a callable."""
 
 
-def load_reward(spec: str | RewardFunction) -> RewardFunction:
+def load_reward(spec: str | RewardFunction, args: Mapping[str, Any] | None = None) -> RewardFunction:
     """The function named by `spec` ("package.module:function" or "path/to/file.py:function");
-    a callable is returned as it is.
+    a callable is returned as it is. With `args` (a config's `reward.args`) what `spec` names is a
+    factory, and the reward is what it returns when called with them.
 
     >>> load_reward("rlfactory_nb.rewards.functions:exact_match").__name__
     'exact_match'
     """
+    if args:
+        return _call_factory(load_reward(spec), spec, args)
     if callable(spec):
         return spec
     if not isinstance(spec, str) or ":" not in spec:
@@ -42,6 +47,21 @@ def load_reward(spec: str | RewardFunction) -> RewardFunction:
     if not callable(function):
         raise RewardLoadError(
             f"reward spec {spec!r}: {name!r} is a {type(function).__name__}, not a function"
+        )
+    return function
+
+
+def _call_factory(factory: Any, spec: Any, args: Mapping[str, Any]) -> RewardFunction:
+    try:
+        function = factory(**args)
+    except Exception as exc:
+        raise RewardLoadError(
+            f"reward spec {spec!r} called with args {dict(args)}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not callable(function):
+        raise RewardLoadError(
+            f"reward spec {spec!r} called with args {dict(args)} returned a {type(function).__name__}, "
+            "not a reward function"
         )
     return function
 

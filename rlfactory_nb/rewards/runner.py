@@ -115,7 +115,7 @@ class RewardRunner:
 
     @classmethod
     def from_config(cls, config: RewardConfig) -> RewardRunner:
-        function = load_reward(config.function)
+        function = load_reward(config.function, config.args)
         return cls(
             function,
             on_error=config.on_error,

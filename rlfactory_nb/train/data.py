@@ -164,6 +164,24 @@ class PromptOrder:
     def rows(self, rows: list[Row], step: int) -> list[Row]:
         return [rows[i] for i in self.indices(step)]
 
+    def refill(self, step: int, round_: int) -> list[int]:
+        """Row indices for dynamic sampling's extra round `round_` (>= 1) of `step`: `per_step` rows
+        drawn at random, avoiding rows the step drew before while enough remain; a pure function of
+        (seed, step, round_), like `indices`.
+
+        >>> order = PromptOrder(num_rows=6, per_step=2)
+        >>> first, again = order.refill(3, 1), order.refill(3, 1)
+        >>> first == again and not set(first) & set(order.indices(3))
+        True
+        """
+        drawn = set(self.indices(step)).union(*(self.refill(step, earlier) for earlier in range(1, round_)))
+        fresh = [index for index in range(self.num_rows) if index not in drawn]
+        pool = fresh if len(fresh) >= self.per_step else list(range(self.num_rows))
+        rng = random.Random(f"{self.seed}:{step}:refill:{round_}")
+        if len(pool) < self.per_step:  # a dataset with fewer rows than a step has prompts
+            return rng.choices(pool, k=self.per_step)
+        return rng.sample(pool, self.per_step)
+
 
 @functools.lru_cache(maxsize=4)
 def _epoch_order(num_rows: int, seed: int, epoch: int) -> tuple[int, ...]:

@@ -1,8 +1,11 @@
 """The GRPO training loop. `Trainer.step` reads as the algorithm:
 
-    sample prompts (seeded by step) -> group rollouts on the engines -> rewards -> group-relative
-    advantages -> drop zero-variance groups -> mini-batched policy update -> push weights to the
-    engines -> metrics row -> (periodically) held-out eval and checkpoint
+    sample prompts (seeded by step) -> group rollouts on the engines -> rewards -> drop zero-variance
+    groups (and refill them: dynamic sampling) -> group-relative advantages -> leave truncated
+    trajectories out (mask_truncated) -> mini-batched policy update -> push weights to the engines ->
+    metrics row -> (periodically) held-out eval and checkpoint
+
+Which groups and trajectories a step trains on is `rlfactory_nb.train.selection`'s business.
 
 Where the update and the engines run is the backend's business (`LocalBackend`: one process, no Ray;
 `RayBackend`: policy workers and engine actors), so this file is the same for a laptop and a cluster.
@@ -50,6 +53,7 @@ from rlfactory_nb.train.metrics import (
     rollout_metrics,
     summary_stats,
 )
+from rlfactory_nb.train.selection import draw_groups, without_truncated
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.types import Sample, Trajectory, save_jsonl
 
@@ -175,17 +179,16 @@ class Trainer:
     async def step_once(self) -> dict[str, Any]:
         """Run the next step; returns its metrics row."""
         cfg, step, timer, started = self.cfg.grpo, self.step + 1, StepTimer(), time.perf_counter()
-        rows = self.order.rows(self.train_rows, step)
-        with timer("rollout"):
-            rollouts = rollout_groups(self.agent, rows, cfg.group_size, self.cfg.rollout.max_in_flight)
-            groups = await self._on_backend(step, "the rollouts", rollouts, actor_deaths_only=True)
-        with timer("reward"):
-            outcomes = await self.score(groups)
-        rewards = torch.tensor([[o.score for o in group] for group in outcomes])  # (N, G)
-        flat = zero_variance_groups(rewards)  # (N,)
-        keep = [i for i in range(len(groups)) if not (cfg.filter_zero_variance and flat[i])]
+        drawn = await draw_groups(
+            step, self.order, self.train_rows, cfg, self._rollouts(step), self.score, timer
+        )
+        groups, outcomes, keep = drawn.groups, drawn.outcomes, drawn.trained(cfg)
+        rewards = drawn.rewards  # (N, G)
         advantages = self.advantages([groups[i] for i in keep], rewards[keep], [outcomes[i] for i in keep])
         trained = [traj for i in keep for traj in groups[i]]
+        masked = sum(traj.truncated for traj in trained) if cfg.mask_truncated else 0
+        if masked:
+            trained, advantages = without_truncated(trained, advantages)
         train_metrics: dict[str, float] = {}
         with timer("update"):
             if trained:
@@ -204,8 +207,11 @@ class Trainer:
             ),
             **rollout_metrics([traj for group in groups for traj in group]),
             "reward/failures": sum(len(o.errors) for g in outcomes for o in g),
+            "rollout/masked_truncated": masked,
+            "sampling/rounds": drawn.rounds,
+            "sampling/prompts_drawn": len(groups),
             "groups/total": len(groups),
-            "groups/zero_variance": int(flat.sum()),
+            "groups/zero_variance": int(zero_variance_groups(rewards).sum()),
             "groups/trained": len(keep),
             **summary_stats(_per_trajectory(advantages), "advantages"),
             **train_metrics,
@@ -214,6 +220,15 @@ class Trainer:
         row["throughput/sampled_tokens_per_s"] = _sampled(groups) / max(row["time/rollout_s"], 1e-9)
         row["time/step_s"] = time.perf_counter() - started
         return row
+
+    def _rollouts(self, step: int) -> Callable[[list[dict[str, Any]]], Awaitable[list[list[Trajectory]]]]:
+        """Group rollouts of some rows on the backend's engines, for `draw_groups`."""
+
+        async def rollout(rows: list[dict[str, Any]]) -> list[list[Trajectory]]:
+            work = rollout_groups(self.agent, rows, self.cfg.grpo.group_size, self.cfg.rollout.max_in_flight)
+            return await self._on_backend(step, "the rollouts", work, actor_deaths_only=True)
+
+        return rollout
 
     async def _on_backend(
         self, step: int, phase: str, work: Awaitable[T], actor_deaths_only: bool = False

@@ -8,7 +8,11 @@ prefix; every row has at least `STEP_KEYS`:
     reward/mean, reward/std, reward/<fn>    the training reward over all trajectories, each component
     rollout/...                             trajectories, response tokens, turns, tool calls per
                                             trajectory, tool-call rate (share with >= 1 call),
-                                            parse errors, finish/<reason> counts
+                                            parse errors, finish/<reason> counts, truncated (cut off
+                                            by a limit), masked_truncated (of those, left out of
+                                            the loss by grpo.mask_truncated)
+    sampling/...                            rounds (of prompts rolled out; > 1 with dynamic
+                                            sampling), prompts_drawn
     tools/...                               status/<status> counts, latency_mean_s, cached_fraction
     groups/...                              total, zero_variance (all rewards equal), trained
     advantages/...                          mean, std, abs_mean over trained trajectories
@@ -48,6 +52,9 @@ STEP_KEYS = (
     "rollout/tool_calls_per_trajectory",
     "rollout/tool_call_rate",
     "rollout/parse_errors",
+    "rollout/truncated",
+    "sampling/rounds",
+    "sampling/prompts_drawn",
     "groups/total",
     "groups/zero_variance",
     "groups/trained",
@@ -71,6 +78,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout")
         f"{prefix}/tool_calls_per_trajectory": sum(calls) / count,
         f"{prefix}/tool_call_rate": sum(1 for n in calls if n) / count,
         f"{prefix}/parse_errors": sum(len(turn.parse_errors) for t in trajectories for turn in t.turns),
+        f"{prefix}/truncated": sum(1 for t in trajectories if t.truncated),
     }
     for reason, number in Counter(t.finish_reason for t in trajectories).items():
         metrics[f"{prefix}/finish/{reason}"] = number
@@ -132,7 +140,8 @@ class StepTimer:
         try:
             yield
         finally:
-            self._seconds[f"time/{name}_s"] = time.perf_counter() - started
+            key = f"time/{name}_s"  # a phase entered several times (dynamic sampling's rounds) adds up
+            self._seconds[key] = self._seconds.get(key, 0.0) + time.perf_counter() - started
 
     def seconds(self) -> dict[str, float]:
         return dict(self._seconds)

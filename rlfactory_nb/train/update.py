@@ -2,7 +2,8 @@
 
 For each pass the step's trajectories are shuffled (seeded by step and pass, so every rank agrees),
 cut into mini-batches of `mini_batch_size`, and each mini-batch is one optimizer step whose gradient
-is accumulated over micro-batches of `micro_batch_size`.
+is accumulated over micro-batches of `micro_batch_size`. All of them use the step's learning rate,
+set first from `grpo.lr_schedule` (`rlfactory_nb.train.schedule`).
 
 Accumulation weighs each micro-batch by its share of the mini-batch, so the accumulated gradient is
 exactly the gradient of the mini-batch loss: its share of tokens for token-mean losses (`dapo`), of
@@ -41,6 +42,7 @@ from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_
 from rlfactory_nb.train.logprobs import chunked_token_stats, supports_chunking
 from rlfactory_nb.train.parallel import gradient_sync
 from rlfactory_nb.train.precision import FLOAT32, Precision, autocast
+from rlfactory_nb.train.schedule import LRSchedule
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class UpdateSettings:
     max_tokens_per_micro_batch: int | None = None
     logprob_chunk_tokens: int | None = 1024
     precision: Precision = FLOAT32
+    lr_schedule: LRSchedule = field(default_factory=LRSchedule)
 
     @classmethod
     def from_config(cls, cfg: Any, device: torch.device | None = None) -> UpdateSettings:
@@ -67,11 +70,12 @@ class UpdateSettings:
         `device` (where the update runs) resolves `model.dtype: auto`; None: the CPU."""
         grpo = cfg.grpo
         budget = grpo.token_budget or cfg.rollout.max_new_tokens * cfg.rollout.max_turns
-        derived = ("loss", "loss_args", "precision")
+        derived = ("loss", "loss_args", "precision", "lr_schedule")
         return cls(
             loss=grpo.loss,
             loss_args=LossArgs.from_config(grpo, token_budget=budget),
             precision=Precision.from_config(cfg.model, device or torch.device("cpu")),
+            lr_schedule=LRSchedule.from_config(grpo),
             **{f.name: getattr(grpo, f.name) for f in fields(cls) if f.name not in derived},
         )
 
@@ -100,6 +104,7 @@ def policy_update(
             f"({world_size}) so that every worker trains on each mini-batch"
         )
     tally = _Tally()
+    settings.lr_schedule.apply(optimizer, step)  # every optimizer step of this training step
     rollout_logprobs = None
     if settings.loss_args.truncate_ratio is not None:
         rollout_logprobs = batch.old_logprobs

@@ -1,8 +1,8 @@
 """TrainingDashboard (`job.dashboard()`): a run's curves while it trains, and its latest rollouts.
 
 Curves come from `job.metrics()` (the rows of runs/<name>/metrics.jsonl): reward and its components
-with the held-out evals, KL and entropy, response length, tool use, parse errors, and each step's
-time split into rollout / reward / update / sync. A daemon thread refreshes them every `refresh_s`
+with the held-out evals, KL and entropy, response length, tool use, parse errors, the learning rate
+(`grpo.lr_schedule`), and each step's time split into rollout / reward / update / sync. A daemon thread refreshes them every `refresh_s`
 seconds until the job ends; a thread rather than an asyncio task so that refreshing goes on while a
 cell blocks in `job.wait()`. The latest trajectories open in TrajectoryView.
 """
@@ -36,7 +36,10 @@ PANELS = (
     Panel("tool use", ("rollout/tool_call_rate", "tools/success_rate")),
     Panel("parse errors", ("rollout/parse_errors",)),
     Panel("step time (s)", ("time/rollout_s", "time/reward_s", "time/update_s", "time/sync_s"), stacked=True),
+    Panel("learning rate", ("train/lr",)),
 )
+GRID_ROWS = -(-len(PANELS) // 3)
+"""three panels a row"""
 _EXCLUDED = ("reward/std", "reward/calls", "reward/failures")
 
 
@@ -70,9 +73,9 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         self.refresh_s = refresh_s
         self.status = widgets.HTML()
         self.figure = go.FigureWidget(
-            make_subplots(rows=2, cols=3, subplot_titles=[p.title for p in PANELS], horizontal_spacing=0.07)
+            make_subplots(rows=GRID_ROWS, cols=3, subplot_titles=[p.title for p in PANELS], horizontal_spacing=0.07)
         )
-        self.figure.update_layout(height=560, barmode="stack", legend={"font": {"size": 9}}, margin={"t": 40, "b": 30})
+        self.figure.update_layout(height=280 * GRID_ROWS, barmode="stack", legend={"font": {"size": 9}}, margin={"t": 40, "b": 30})
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
         self.stop_button = widgets.Button(description="Stop job", icon="stop", button_style="warning")
         self.trajectory_choice = widgets.Dropdown(description="rollout", options=[])

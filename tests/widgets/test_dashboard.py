@@ -47,3 +47,9 @@ def test_dashboard_draws_a_finished_run_without_ray(tmp_path):
     assert not dashboard._thread.is_alive()  # polling ends with the job
     assert "Plotly.newPlot" in dashboard.static_html() and "tool_call_rate" in dashboard.static_html()
     assert run.exists()
+
+
+def test_the_learning_rate_has_a_panel_of_its_own():
+    (panel,) = [panel for panel in PANELS if panel.title == "learning rate"]
+    rows = [{**row(1, 0.2), "train/lr": 1e-4}, row(2, 0.3), {**row(3, 0.4), "train/lr": 5e-5}]
+    assert panel_series(panel, rows) == {"train/lr": ([1, 3], [1e-4, 5e-5])}  # steps without an update skip
