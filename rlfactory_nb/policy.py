@@ -96,10 +96,10 @@ class Policy:
     def engine(self, kind: str = "hf", **options: Any) -> Any:
         """A rollout engine over this policy's weights: "hf" shares the live model, "vllm" loads
         `self.path` and receives weight updates from the trainer."""
-        from rlfactory_nb.engines import create_engine
+        from rlfactory_nb.engines import create_engine, engine_traits
 
-        if kind == "hf":
-            return create_engine("hf", (self.model, self.tokenizer), **options)
+        if engine_traits(kind).loads == "objects":
+            return create_engine(kind, (self.model, self.tokenizer), **options)
         if self.base_path is not None:  # an adapter folder: engines that load a folder need it merged
             from rlfactory_nb.train.export import export
 

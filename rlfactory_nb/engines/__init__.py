@@ -4,12 +4,15 @@ Importing this package registers both kinds; vllm itself is imported only when a
 """
 
 from rlfactory_nb.engines.base import (
+    BroadcastReceiver,
     Engine,
+    EngineTraits,
     EngineUnavailableError,
     Generation,
     SamplingParams,
     create_engine,
     engine_kinds,
+    engine_traits,
     register_engine,
     stop_token_ids_from_tokenizer,
 )
@@ -17,7 +20,9 @@ from rlfactory_nb.engines.hf import HFEngine
 from rlfactory_nb.engines.vllm import VLLMEngine, WeightSyncExtension
 
 __all__ = [
+    "BroadcastReceiver",
     "Engine",
+    "EngineTraits",
     "EngineUnavailableError",
     "Generation",
     "HFEngine",
@@ -26,6 +31,7 @@ __all__ = [
     "WeightSyncExtension",
     "create_engine",
     "engine_kinds",
+    "engine_traits",
     "register_engine",
     "stop_token_ids_from_tokenizer",
 ]

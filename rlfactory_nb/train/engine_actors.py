@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.engines.base import Generation, SamplingParams
+from rlfactory_nb.engines import Generation, SamplingParams, create_engine, engine_traits
 from rlfactory_nb.train import weight_sync
 from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
 
@@ -42,7 +42,8 @@ def actor_device() -> torch.device:
 
 
 class EngineActor:
-    """Hosts one rollout engine: `hf` over its own copy of the policy, or `vllm` over the policy folder."""
+    """Hosts one rollout engine of any registered kind: one made from objects (hf) gets its own copy
+    of the policy built from weights; one that loads a folder (vLLM) gets the policy folder."""
 
     def __init__(
         self,
@@ -53,22 +54,16 @@ class EngineActor:
         num_threads: int = 1,
     ):
         torch.set_num_threads(max(1, num_threads))
-        self.kind = kind
+        self.traits = engine_traits(kind)
         self.device = actor_device()
-        if kind == "hf":
-            from rlfactory_nb.engines.hf import HFEngine
-
-            dtype = getattr(torch, policy_files["dtype"])
+        dtype = getattr(torch, policy_files["dtype"])
+        if self.traits.loads == "objects":
             model = build_model(policy_files["config"], weights, self.device, dtype)
-            self.engine: Any = HFEngine(
-                model, policy_files["tokenizer"], seed=seed, num_threads=max(1, num_threads)
-            )
+            objects = (model, policy_files["tokenizer"])
+            self.engine: Any = create_engine(kind, objects, seed=seed, num_threads=max(1, num_threads))
         else:
-            from rlfactory_nb.engines.vllm import VLLMEngine
-
-            self.engine = VLLMEngine(
-                policy_files["path"], dtype=policy_files["dtype"], seed=seed, **policy_files["engine_args"]
-            )
+            options = {"dtype": policy_files["dtype"], "seed": seed, **policy_files["engine_args"]}
+            self.engine = create_engine(kind, policy_files["path"], **options)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await self.engine.generate(prompt_ids, sampling)
@@ -77,13 +72,13 @@ class EngineActor:
         await self.engine.update_weights(state_dict)
 
     async def open_sync_group(self, address: GroupAddress, rank: int) -> None:
-        if self.kind == "vllm":  # vLLM's model worker process joins, not this actor
+        if self.traits.joins_broadcast:  # the engine's own process joins, not this actor
             await self.engine.open_sync_group(address, rank)
         else:
             self.sync_group = await asyncio.to_thread(weight_sync.open_group, address, rank, self.device)
 
     async def receive_weights(self, specs: list[TensorSpec]) -> None:
-        if self.kind == "vllm":
+        if self.traits.joins_broadcast:
             await self.engine.receive_weights(specs)
         else:
             received = weight_sync.receive(self.sync_group, specs, self.device)
@@ -148,14 +143,10 @@ def policy_files(cfg: Any, policy: Any, compute_dtype: torch.dtype) -> dict[str,
     }
 
 
-COLOCATED_GPU_MEMORY = 0.4
-"""vLLM's share of a GPU it shares with a policy worker (its default, 0.9, leaves none for training)"""
-
-
 def _engine_args(cfg: Any) -> dict[str, Any]:
-    """model.engine_args, plus what colocation needs from vLLM unless the user says otherwise."""
+    """model.engine_args, plus what colocation needs from the engine unless the user says otherwise."""
     args = dict(cfg.model.engine_args)
-    if cfg.cluster.layout().colocate and cfg.model.engine == "vllm":
-        args.setdefault("enable_sleep_mode", True)
-        args.setdefault("gpu_memory_utilization", COLOCATED_GPU_MEMORY)
+    if cfg.cluster.layout().colocate:
+        for key, value in engine_traits(cfg.model.engine).colocated_options.items():
+            args.setdefault(key, value)
     return args

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.engines import create_engine
+from rlfactory_nb.engines import create_engine, engine_traits
 from rlfactory_nb.train.batch import TrainBatch
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
@@ -51,11 +51,11 @@ class LocalBackend:
         self.engine = self._make_engine(cfg)
 
     def _make_engine(self, cfg: Any) -> Any:
-        if cfg.model.engine == "hf":
+        if engine_traits(cfg.model.engine).loads == "objects":
             # One intra-op thread per reserved CPU: on a busy CPU, extra OpenMP threads spin against each
             # other (a 13.6 s rollout step took 72 s with torch's default threads; see engines/hf.py).
             return create_engine(
-                "hf",
+                cfg.model.engine,
                 (self.policy.model, self.policy.tokenizer),
                 seed=cfg.grpo.seed,
                 num_threads=self.threads,

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.engines.base import stop_token_ids_from_tokenizer
+from rlfactory_nb.engines import engine_traits, stop_token_ids_from_tokenizer
 from rlfactory_nb.train import parallel, weight_sync
 from rlfactory_nb.train.batch import TrainBatch
 from rlfactory_nb.train.engine_actors import (
@@ -45,8 +45,11 @@ from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
 
 
 def init_ray(cluster: Any) -> Any:
-    """Connect to `cluster.address`, or start a local Ray sized for the workers and engines."""
+    """Connect to `cluster.address`, or start a local Ray sized for the workers and engines, listening
+    on 127.0.0.1 only and never joining a stale cluster found through /tmp/ray files."""
     import ray
+
+    from rlfactory_nb.cluster.ray_cluster import start_local
 
     if ray.is_initialized():
         return ray
@@ -57,8 +60,7 @@ def init_ray(cluster: Any) -> Any:
     # Ray gives its raylet 30 s to register; a busy 2-core machine (CI, a notebook running a job) can
     # take longer, and then the whole run fails at start.
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
-    ray.init(
-        address="local",  # never join a stale cluster found through /tmp/ray files
+    start_local(
         num_cpus=max(2, math.ceil(needed)),
         object_store_memory=int(cluster.object_store_memory_gb * 2**30),
         include_dashboard=False,
@@ -192,7 +194,8 @@ class RayBackend:
         )
         files = policy_files(cfg, policy, training.precision.compute)
         # hf actors start from these weights; vLLM reads the folder (for LoRA the base: see Trainer.start)
-        engine_weights = ray.put(training.engine_weights(state)) if cfg.model.engine == "hf" else None
+        loads_weights = engine_traits(cfg.model.engine).loads == "objects"
+        engine_weights = ray.put(training.engine_weights(state)) if loads_weights else None
         engines = [
             ray.remote(EngineActor)
             .options(**placement(index))

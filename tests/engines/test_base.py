@@ -54,3 +54,19 @@ def test_vllm_missing_says_how_to_install(monkeypatch, tiny_model_dir):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     with pytest.raises(EngineUnavailableError, match=r"make vllm-cpu.*\.\[gpu\]"):
         create_engine("vllm", tiny_model_dir)
+
+
+def test_an_engine_kind_is_one_registration_with_its_traits():
+    """What the trainer asks of an engine comes from its registered traits, never its name."""
+    from rlfactory_nb.engines import HFEngine, VLLMEngine, engine_kinds, engine_traits
+
+    assert {"hf", "vllm"} <= set(engine_kinds())
+    assert engine_traits("hf").loads == "objects" and not engine_traits("hf").joins_broadcast
+    assert engine_traits("vllm").loads == "folder" and engine_traits("vllm").joins_broadcast
+    assert engine_traits("vllm").colocated_options["enable_sleep_mode"] is True
+    for engine_class in (HFEngine, VLLMEngine):  # the whole protocol, sleep and wake included
+        assert all(
+            callable(getattr(engine_class, name, None))
+            for name in ("generate", "update_weights", "sleep", "wake_up", "close")
+        )
+    assert all(hasattr(VLLMEngine, name) for name in ("open_sync_group", "receive_weights"))
