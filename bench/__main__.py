@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench._common import RESULTS_DIR, ROOT
 
-ORDER = ("warmstart_prefix", "rollout_overlap", "tool_calls", "engines", "grpo_step", "learning")
+ORDER = ("warmstart_prefix", "rollout_overlap", "tool_calls", "engines", "grpo_step", "memory", "learning")
 """run order: short, self-contained measurements first; the long learning run last"""
 
 HEADER = """# Benchmarks
