@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["ParseResult", "get_parser"], "parsing"),
     "Policy": "policy",
     "export": "train.export",
-    **dict.fromkeys(["LLMJudge", "RewardOutcome", "RewardRunner", "load_reward"], "rewards"),
+    **dict.fromkeys(["LLMJudge", "RewardOutcome", "RewardRunner", "group_reward", "load_reward"], "rewards"),
     **dict.fromkeys(["Agent", "AgentSession"], "rollout.agent"),
     "format_trajectory": "rollout.display",
     "rollout_groups": "rollout.groups",

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import argparse
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.engines.base import SamplingParams
 from rlfactory_nb.policy import Policy
-from rlfactory_nb.rewards.runner import RewardRunner
+from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.types import Sample, Trajectory
@@ -101,34 +100,73 @@ class EvalComparison:
         return f"<div><b>{html.escape(self.new.label)}</b> vs <b>{html.escape(self.base.label)}</b>: {len(self.changed())} prompts changed</div>{table}"
 
 
+HeldOut = dict[str, tuple[list[Trajectory], list[RewardOutcome]]]
+"""mode ("sampled", "greedy") -> one trajectory per prompt and its reward outcome"""
+
+
+async def held_out_rollouts(
+    cfg: RunConfig, agent_at: Callable[[float], Agent], rows: Sequence[dict[str, Any]], reward: RewardRunner
+) -> HeldOut:
+    """The held-out pass `rf.evaluate` and `Trainer.evaluate` share: one rollout per prompt at the
+    run's temperature ("sampled") and one greedy, by `agent_at(temperature)`, scored by `reward`."""
+    results: HeldOut = {}
+    for mode in MODES:
+        temperature = cfg.rollout.temperature if mode == "sampled" else 0.0
+        groups = await rollout_groups(agent_at(temperature), list(rows), 1, cfg.rollout.max_in_flight)
+        outcomes = await reward.score_groups([[Sample.from_trajectory(group[0])] for group in groups])
+        results[mode] = ([group[0] for group in groups], [scored[0] for scored in outcomes])
+    return results
+
+
+def held_out_metrics(results: HeldOut) -> dict[str, float]:
+    """`eval/{mode}_reward/...` and `eval/{mode}/...` rows for the training metrics."""
+    from rlfactory_nb.train.metrics import reward_metrics, rollout_metrics
+
+    metrics: dict[str, float] = {}
+    for mode, (trajectories, outcomes) in results.items():
+        metrics.update(reward_metrics([o.score for o in outcomes], [], prefix=f"eval/{mode}_reward"))
+        metrics.update(rollout_metrics(trajectories, prefix=f"eval/{mode}"))
+    return metrics
+
+
 async def evaluate(
     model: Policy | str | Path,
-    dataset: Sequence[dict[str, Any]] | str | None = None,
+    dataset: Any = None,
     cfg: RunConfig | None = None,
     *,
     label: str | None = None,
     limit: int | None = None,
+    reward: Any = None,
+    tools: Any = None,
+    run_dir: str | Path | None = None,
 ) -> EvalReport:
-    """Evaluate `model` (a Policy, a checkpoint folder, a preset name) on `dataset` (rows, a source
-    such as "synthetic:calculator-heldout", or None: cfg.data.eval) with cfg's tools, rollout and reward."""
+    """Evaluate `model` (a Policy, a checkpoint folder, a preset name) on `dataset` (rows, a
+    datasets.Dataset, a source such as "synthetic:calculator-heldout", or None: cfg.data.eval) with
+    cfg's tools, rollout and reward. `reward` / `tools`: objects from the kernel, as `launch` takes
+    them; `run_dir`: use the objects a run kept (runs/<name>/code/) where these are not given."""
+    from rlfactory_nb.runtime import build_tools
+    from rlfactory_nb.train.objects import RunObjects
+
     cfg = cfg or RunConfig(name="eval")
+    kept = (RunObjects.load(run_dir) if run_dir is not None else None) or RunObjects()
     policy = model if isinstance(model, Policy) else Policy.load(model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None)
-    rows = _rows(dataset, cfg, limit)
-    tools = await _start_tools(cfg)
+    rows = _rows(dataset if dataset is not None else kept.eval_data, cfg, limit)
+    runner = RewardRunner.from_config(cfg.reward, reward if reward is not None else kept.reward)
+    toolset = build_tools(cfg, tools if tools is not None else kept.tools)
+    if toolset is not None:
+        await toolset.start()
     engine = policy.engine(cfg.model.engine, seed=cfg.grpo.seed)
-    reward = RewardRunner.from_config(cfg.reward)
     try:
-        trajectories = {}
-        for mode in MODES:
-            temperature = cfg.rollout.temperature if mode == "sampled" else 0.0
-            agent = _agent(cfg, policy, tools, engine, temperature)
-            groups = await rollout_groups(agent, rows, 1, cfg.rollout.max_in_flight)
-            trajectories[mode] = [group[0] for group in groups]
-        scores = {mode: [o.score for o in await reward.score([Sample.from_trajectory(t) for t in trajs])] for mode, trajs in trajectories.items()}
+        def agent_at(temperature: float) -> Agent:
+            return Agent.from_config(cfg, policy, toolset, engine=engine, temperature=temperature, drift="off")
+
+        results = await held_out_rollouts(cfg, agent_at, rows, runner)
     finally:
         await engine.close()
-        if tools is not None:
-            await tools.stop()
+        if toolset is not None:
+            await toolset.stop()
+    trajectories = {mode: trajs for mode, (trajs, _) in results.items()}
+    scores = {mode: [o.score for o in outcomes] for mode, (_, outcomes) in results.items()}
     return _report(label or _label(model), rows, trajectories, scores)
 
 
@@ -136,35 +174,13 @@ def evaluate_sync(model: Policy | str | Path, dataset: Any = None, cfg: RunConfi
     return run_sync(evaluate(model, dataset, cfg, **options))
 
 
-def _rows(dataset: Sequence[dict[str, Any]] | str | None, cfg: RunConfig, limit: int | None) -> list[dict[str, Any]]:
+def _rows(dataset: Any, cfg: RunConfig, limit: int | None) -> list[dict[str, Any]]:
     from rlfactory_nb.train.data import load_rows
 
     if dataset is None or isinstance(dataset, str):
         size = limit if limit is not None else cfg.data.eval_size
         return load_rows(dataset or cfg.data.eval, size)
-    return list(dataset)[:limit] if limit is not None else list(dataset)
-
-
-async def _start_tools(cfg: RunConfig) -> Any:
-    if cfg.tools.config is None:
-        return None
-    from rlfactory_nb.tools import ToolSet
-
-    settings = cfg.tools
-    tools = ToolSet.from_config(
-        settings.config, timeout_s=settings.timeout_s, max_concurrency=settings.max_concurrency,
-        max_result_chars=settings.max_result_chars, cache=settings.cache,
-    )
-    return await tools.start()
-
-
-def _agent(cfg: RunConfig, policy: Policy, tools: Any, engine: Any, temperature: float) -> Agent:
-    rollout = cfg.rollout
-    return Agent(
-        policy, tools, parser=rollout.parser, max_turns=rollout.max_turns, max_new_tokens=rollout.max_new_tokens,
-        max_total_tokens=rollout.max_total_tokens, engine=engine, drift="off",
-        sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
-    )
+    return load_rows(dataset, limit, what="dataset")
 
 
 def _label(model: Policy | str | Path) -> str:

@@ -21,7 +21,14 @@ from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
 from rlfactory_nb.rewards.reward_model import RewardModel, RewardModelError, reward_model
 from rlfactory_nb.rewards.runner import RewardError, RewardFailure, RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.samples import make_sample
-from rlfactory_nb.rewards.values import InvalidRewardValue, RewardFunction, RewardValue, to_reward_value
+from rlfactory_nb.rewards.values import (
+    InvalidRewardValue,
+    RewardFunction,
+    RewardValue,
+    group_reward,
+    is_group_reward,
+    to_reward_value,
+)
 from rlfactory_nb.rewards.verify import tool_verified
 
 __all__ = [
@@ -44,6 +51,8 @@ __all__ = [
     "f1",
     "format_ok",
     "gold_answers",
+    "group_reward",
+    "is_group_reward",
     "length_penalty",
     "load_reward",
     "make_sample",

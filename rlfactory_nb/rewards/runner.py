@@ -10,6 +10,11 @@ Failures and per-function timings are counted either way and exposed by `metrics
 
 With several functions, the first is the training reward (`RewardOutcome.score`); the others are
 logged next to it. To train on a weighted sum, pass one `combine(...)`.
+
+A group reward (`@group_reward`, `LLMJudge.as_group_reward()`) takes the samples of one prompt and
+returns one score per sample: `score_groups` calls it once per group, under the same timeout, and a
+failure of the call (or a list of the wrong length) is a failure for every sample of the group,
+counted per sample like a per-sample function's. `score` treats each sample as a group of one.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from rlfactory_nb.rewards.values import (
     RewardFunction,
     RewardValue,
     is_async_function,
+    is_group_reward,
     to_reward_value,
 )
 from rlfactory_nb.types import Sample
@@ -114,10 +120,12 @@ class RewardRunner:
         self.reset_metrics()
 
     @classmethod
-    def from_config(cls, config: RewardConfig) -> RewardRunner:
-        function = load_reward(config.function, config.args)
+    def from_config(
+        cls, config: RewardConfig, functions: RewardFunction | Mapping[str, RewardFunction] | None = None
+    ) -> RewardRunner:
+        """The runner `config` describes; `functions` (objects from the kernel) replace its `function`."""
         return cls(
-            function,
+            functions if functions is not None else load_reward(config.function, config.args),
             on_error=config.on_error,
             max_concurrency=config.max_concurrency,
             timeout_s=config.timeout_s,
@@ -128,37 +136,65 @@ class RewardRunner:
         return next(iter(self.functions))
 
     async def score(self, samples: Sequence[Sample]) -> list[RewardOutcome]:
-        """One outcome per sample, in order. Raises RewardError if any call failed and on_error="fail"."""
+        """One outcome per sample, in order (group rewards see each sample as a group of one).
+        Raises RewardError if any call failed and on_error="fail"."""
+        return [outcome for group in await self.score_groups([[sample] for sample in samples]) for outcome in group]
+
+    async def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutcome]]:
+        """Outcomes shaped like `groups` (the samples of one prompt each); see the module docstring."""
         limit = asyncio.Semaphore(self.max_concurrency)
+        ids, start = [], 0
+        for group in groups:
+            ids.append([sample.id or f"#{start + i}" for i, sample in enumerate(group)])
+            start += len(group)
+        per_sample = [name for name, function in self.functions.items() if not is_group_reward(function)]
+        per_group = [name for name in self.functions if name not in per_sample]
 
-        async def one(index: int, sample: Sample) -> RewardOutcome:
+        async def one(sample_id: str, sample: Sample) -> list[tuple[RewardValue | RewardFailure, float]]:
             async with limit:
-                return await self._score_sample(sample.id or f"#{index}", sample)
+                return list(await asyncio.gather(*(self._call(name, sample_id, sample) for name in per_sample)))
 
-        outcomes = await asyncio.gather(*(one(i, sample) for i, sample in enumerate(samples)))
-        failures = [failure for outcome in outcomes for failure in outcome.errors]
+        async def whole(index: int) -> list[list[tuple[RewardValue | RewardFailure, float]]]:
+            async with limit:
+                return list(await asyncio.gather(*(self._call_group(name, ids[index], groups[index]) for name in per_group)))
+
+        sample_results, group_results = await asyncio.gather(
+            asyncio.gather(*(one(ids[g][i], s) for g, group in enumerate(groups) for i, s in enumerate(group))),
+            asyncio.gather(*(whole(g) for g in range(len(groups)))),
+        )
+        outcomes, flat = [], iter(sample_results)
+        for g, group in enumerate(groups):
+            row = []
+            for i in range(len(group)):
+                results = dict(zip(per_sample, next(flat)))
+                results.update({name: group_results[g][k][i] for k, name in enumerate(per_group)})
+                row.append(self._outcome(ids[g][i], results))
+            outcomes.append(row)
+        failures = [failure for row in outcomes for outcome in row for failure in outcome.errors]
         if failures and self.on_error == "fail":
             raise RewardError(failures)
-        return list(outcomes)
+        return outcomes
 
     def score_sync(self, samples: Sequence[Sample]) -> list[RewardOutcome]:
         """`score` from plain code or a notebook cell."""
         return run_sync(self.score(samples))
 
-    async def _score_sample(self, sample_id: str, sample: Sample) -> RewardOutcome:
-        names = list(self.functions)
-        results = await asyncio.gather(*(self._call(name, sample_id, sample) for name in names))
+    def _outcome(
+        self, sample_id: str, results: dict[str, tuple[RewardValue | RewardFailure, float]]
+    ) -> RewardOutcome:
+        """One sample's outcome from every function's (value or failure, seconds)."""
         components: dict[str, float] = {}
         errors: list[RewardFailure] = []
         timing: dict[str, float] = {}
-        for name, (value, seconds) in zip(names, results):
+        for name in self.functions:
+            value, seconds = results[name]
             timing[name] = seconds
             if isinstance(value, RewardFailure):
                 errors.append(value)
                 continue
             components[name] = value.score
             components.update({f"{name}/{key}": number for key, number in value.components.items()})
-        primary = results[0][0]
+        primary = results[self.primary][0]
         if isinstance(primary, RewardFailure):
             return RewardOutcome(sample_id, 0.0, components, None, errors, timing)
         return RewardOutcome(sample_id, primary.score, components, primary.turn_scores, errors, timing)
@@ -183,7 +219,35 @@ class RewardRunner:
         self._record(name, outcome, seconds)
         return outcome, seconds
 
-    async def _invoke(self, name: str, function: RewardFunction, sample: Sample) -> Any:
+    async def _call_group(
+        self, name: str, sample_ids: list[str], group: Sequence[Sample]
+    ) -> list[tuple[RewardValue | RewardFailure, float]]:
+        """Call a group reward once for `group`: one (value or failure, seconds) per sample."""
+        start = time.perf_counter()
+        outcomes: list[RewardValue | RewardFailure]
+        try:
+            values = await asyncio.wait_for(self._invoke(name, self.functions[name], list(group)), self.timeout_s)
+            if not isinstance(values, (list, tuple)) or len(values) != len(group):
+                got = f"{len(values)} values" if isinstance(values, (list, tuple)) else f"a {type(values).__name__}"
+                raise InvalidRewardValue(
+                    f"group reward returned {got} for a group of {len(group)} samples; it must return a list "
+                    "with one score (a number or a dict with 'score') per sample, in the order given"
+                )
+            outcomes = [_checked(name, sample_id, value) for sample_id, value in zip(sample_ids, values)]
+        except TimeoutError:
+            message = f"no result for the group within {self.timeout_s:g} s (timeout_s)"
+            outcomes = [RewardFailure(name, sample_id, "timeout", message) for sample_id in sample_ids]
+        except InvalidRewardValue as exc:
+            outcomes = [RewardFailure(name, sample_id, "invalid", str(exc)) for sample_id in sample_ids]
+        except Exception as exc:  # noqa: BLE001  (any error in user code becomes a reported failure)
+            message = _describe(exc)
+            outcomes = [RewardFailure(name, sample_id, "exception", message) for sample_id in sample_ids]
+        seconds = time.perf_counter() - start
+        for outcome in outcomes:
+            self._record(name, outcome, seconds)
+        return [(outcome, seconds) for outcome in outcomes]
+
+    async def _invoke(self, name: str, function: RewardFunction, sample: Any) -> Any:
         if is_async_function(function):
             return await function(sample)
         try:
@@ -226,6 +290,13 @@ class RewardRunner:
         self._abandoned_threads = 0
 
 
+def _checked(name: str, sample_id: str, value: Any) -> RewardValue | RewardFailure:
+    try:
+        return to_reward_value(value)
+    except InvalidRewardValue as exc:
+        return RewardFailure(name, sample_id, "invalid", str(exc))
+
+
 def _describe(exc: BaseException) -> str:
     """`raised KeyError: 'answer' (at reward.py:12)`: the innermost frame is usually the user's line."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -233,7 +304,7 @@ def _describe(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}: {exc}{where}"
 
 
-async def _in_daemon_thread(function: RewardFunction, sample: Sample, name: str) -> Any:
+async def _in_daemon_thread(function: RewardFunction, sample: Any, name: str) -> Any:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()

@@ -16,7 +16,7 @@ from typing import Any
 
 RewardReturn = float | dict[str, Any] | None
 RewardFunction = Callable[..., RewardReturn | Awaitable[RewardReturn]]
-"""`def reward(sample: Sample) -> float | dict[str, float]`, sync or async"""
+"""`def reward(sample: Sample) -> float | dict[str, float]`, sync or async; or a group reward"""
 
 _FIX = 'return a float, or a dict like {"score": 1.0, "component": 0.5}'
 
@@ -77,3 +77,23 @@ def is_async_function(function: Any) -> bool:
     if inspect.iscoroutinefunction(function):
         return True
     return not inspect.isroutine(function) and inspect.iscoroutinefunction(type(function).__call__)
+
+
+def group_reward(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark `function` as a group reward: it takes the list of samples of one prompt and returns one
+    score (number or dict, as above) per sample, in order, so it can judge them against each other
+    (RULER-style relative judging, rank-based rewards). The runner calls it once per group.
+
+    >>> @group_reward
+    ... def shortest_wins(samples):
+    ...     lengths = [len(s.final_answer) for s in samples]
+    ...     return [float(n == min(lengths)) for n in lengths]
+    >>> is_group_reward(shortest_wins)
+    True
+    """
+    function.group_reward = True  # type: ignore[attr-defined]
+    return function
+
+
+def is_group_reward(function: Any) -> bool:
+    return getattr(function, "group_reward", False) is True

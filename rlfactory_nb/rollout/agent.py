@@ -79,6 +79,34 @@ class Agent:
         self.drift = drift
         self.drift_count = 0
 
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Any,
+        policy: Any,
+        tools: Any = None,
+        *,
+        engine: Engine | None = None,
+        temperature: float | None = None,
+        drift: DriftMode | None = None,
+    ) -> Agent:
+        """The agent a RunConfig describes (its `rollout` section): what training, `rf.evaluate` and
+        the notebooks all build, so a notebook's rollouts match the trainer's. `temperature`
+        replaces the config's (0: greedy)."""
+        rollout = cfg.rollout
+        temperature = rollout.temperature if temperature is None else temperature
+        return cls(
+            policy,
+            tools,
+            parser=rollout.parser,
+            max_turns=rollout.max_turns,
+            max_new_tokens=rollout.max_new_tokens,
+            max_total_tokens=rollout.max_total_tokens,
+            sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
+            engine=engine,
+            drift=drift or rollout.drift_check,
+        )
+
     @property
     def engine(self) -> Engine:
         if self._engine is None:

@@ -9,7 +9,10 @@ what the reward function compares against. Sources:
   string, taken as one user message, or a list of messages) plus `ground_truth`; other columns are
   kept and reach reward functions as `sample.metadata`. The verl / Search-R1 layout (`prompt`
   messages, `reward_model: {"ground_truth": ...}`, `data_source`, `extra_info`) loads unchanged, so
-  datasets prepared for verl train here as they are.
+  datasets prepared for verl train here as they are;
+- a `.json` file (a list of row objects, or JSON lines as `Dataset.to_json` writes them), a `.csv`
+  file (string columns: `prompt` and `ground_truth`), or a folder written by `Dataset.save_to_disk`;
+- from Python, a list of row dicts or a `datasets.Dataset` (`launch(..., train_data=rows)`).
 
 `PromptOrder` decides which rows step k trains on from (seed, k) alone: no sampler state needs saving,
 so a resumed run draws exactly the prompts the interrupted one would have.
@@ -29,7 +32,7 @@ from rlfactory_nb.presets import calculator
 Row = dict[str, Any]
 
 SYNTHETIC_SPLITS = {"synthetic:calculator": "train", "synthetic:calculator-heldout": "heldout"}
-FILE_SUFFIXES = (".jsonl", ".parquet")
+FILE_SUFFIXES = (".jsonl", ".parquet", ".json", ".csv")
 SYNTHETIC_TRAIN_SIZE = 20_000
 """questions in the synthetic training set (cheap to make; larger than any run's steps x prompts)"""
 
@@ -38,8 +41,12 @@ class DatasetError(ValueError):
     """A dataset source that cannot be read, or a row without the columns training needs."""
 
 
-def load_rows(source: str, limit: int | None = None) -> list[Row]:
-    """The rows of `source` (see the module docstring), at most `limit` of them."""
+def load_rows(source: Any, limit: int | None = None, what: str = "dataset") -> list[Row]:
+    """The rows of `source` (see the module docstring), at most `limit` of them. `what` names the
+    source in errors about objects (e.g. "train_data")."""
+    if not isinstance(source, (str, Path)):
+        return rows_from_object(source, limit, what)
+    source = str(source)
     if source in SYNTHETIC_SPLITS:
         split = SYNTHETIC_SPLITS[source]
         size = limit if limit is not None else SYNTHETIC_TRAIN_SIZE
@@ -47,10 +54,10 @@ def load_rows(source: str, limit: int | None = None) -> list[Row]:
     if source.startswith("synthetic:"):
         raise DatasetError(f"unknown synthetic dataset {source!r}; known: {', '.join(SYNTHETIC_SPLITS)}")
     path = Path(source)
-    if path.suffix not in FILE_SUFFIXES:
+    if path.suffix not in FILE_SUFFIXES and not path.is_dir():
         raise DatasetError(
-            f"dataset {source!r}: expected a .jsonl file, a .parquet file or one of "
-            f"{', '.join(SYNTHETIC_SPLITS)}"
+            f"dataset {source!r}: expected a .jsonl, .json, .csv or .parquet file, a folder written by "
+            f"Dataset.save_to_disk, or one of {', '.join(SYNTHETIC_SPLITS)}"
         )
     rows = [to_row(record, where) for where, record in read_records(path)]
     if not rows:
@@ -58,18 +65,71 @@ def load_rows(source: str, limit: int | None = None) -> list[Row]:
     return rows[:limit] if limit is not None else rows
 
 
+def rows_from_object(data: Any, limit: int | None = None, what: str = "dataset") -> list[Row]:
+    """Rows from a list of dicts or a `datasets.Dataset`, checked like a file's (errors name `what`
+    and the row)."""
+    if hasattr(data, "to_list") and hasattr(data, "column_names"):  # datasets.Dataset, without importing it
+        records = data.select(range(min(limit, len(data)))).to_list() if limit is not None else data.to_list()
+    elif isinstance(data, (list, tuple)):
+        records = list(data[:limit] if limit is not None else data)
+    else:
+        raise DatasetError(
+            f"{what} is a {type(data).__name__}: pass a list of row dicts, a datasets.Dataset, or a path"
+        )
+    if not records:
+        raise DatasetError(f"{what} has no rows")
+    return [to_row(record, f"{what} row {number}") for number, record in enumerate(records, start=1)]
+
+
 def read_records(path: str | Path) -> list[tuple[str, Any]]:
-    """The raw records of a `.jsonl` or `.parquet` file, each with where it came from (`file:line`,
-    `file row n`) for error messages. Parquet needs pyarrow; nested columns come back as dicts and
-    lists (not numpy arrays, as pandas would give)."""
+    """The raw records of a `.jsonl`, `.json`, `.csv` or `.parquet` file or a `save_to_disk` folder,
+    each with where it came from (`file:line`, `file row n`) for error messages. Parquet needs
+    pyarrow; nested columns come back as dicts and lists (not numpy arrays, as pandas would give)."""
     path = Path(path)
     if not path.exists():
         raise DatasetError(
             f"dataset file {str(path)!r} does not exist (data.train / data.eval in the run config)"
         )
+    if path.is_dir():
+        return _read_saved_dataset(path)
     if path.suffix == ".parquet":
         return _read_parquet(path)
+    if path.suffix == ".csv":
+        return _read_csv(path)
+    if path.suffix == ".json" and path.read_text(encoding="utf-8").lstrip().startswith("["):
+        return _read_json_list(path)
     return _read_jsonl(path)
+
+
+def _read_json_list(path: Path) -> list[tuple[str, Any]]:
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise DatasetError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from error
+    return [(f"{path} row {number}", record) for number, record in enumerate(records, start=1)]
+
+
+def _read_csv(path: Path) -> list[tuple[str, Any]]:
+    import csv
+
+    with path.open(encoding="utf-8", newline="") as file:
+        return [(f"{path}:{number}", dict(record)) for number, record in enumerate(csv.DictReader(file), start=2)]
+
+
+def _read_saved_dataset(path: Path) -> list[tuple[str, Any]]:
+    try:
+        import datasets
+    except ImportError as error:
+        raise DatasetError(f"reading the dataset folder {path} needs datasets: pip install datasets") from error
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as error:
+        raise DatasetError(f"{path}: not a folder written by Dataset.save_to_disk ({error})") from error
+    if isinstance(loaded, datasets.DatasetDict):
+        raise DatasetError(
+            f"{path} holds a DatasetDict with splits {sorted(loaded)}: point data.train at one split's folder"
+        )
+    return [(f"{path} row {number}", record) for number, record in enumerate(loaded.to_list(), start=1)]
 
 
 def _read_jsonl(path: Path) -> list[tuple[str, Any]]:

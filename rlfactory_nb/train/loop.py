@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,11 +37,13 @@ from tqdm.auto import tqdm
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.engines.base import SamplingParams
+from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.policy import Policy, resolve_device
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
+from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.runtime import ExtraTools, build_tools
 from rlfactory_nb.train import checkpoint as ckpt
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
 from rlfactory_nb.train.data import PromptOrder, load_rows
@@ -53,6 +55,7 @@ from rlfactory_nb.train.metrics import (
     rollout_metrics,
     summary_stats,
 )
+from rlfactory_nb.train.objects import RunObjects
 from rlfactory_nb.train.selection import draw_groups, without_truncated
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.types import Sample, Trajectory, save_jsonl
@@ -78,10 +81,19 @@ class TrainResult:
 class Trainer:
     """One run: owns the policy, tools, reward runner, backend and the run folder. `start` first."""
 
-    def __init__(self, cfg: RunConfig, policy: Policy | None = None, reward: RewardRunner | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        policy: Policy | None = None,
+        reward: RewardRunner | None = None,
+        objects: RunObjects | None = None,
+    ):
+        """`objects`: reward, tools and rows from the kernel (train/objects.py), used instead of what
+        the config names; None on resume: those the run folder kept, if any."""
         self.cfg = cfg
         self.policy = policy
-        self.reward = reward or RewardRunner.from_config(cfg.reward)
+        self.objects = objects or RunObjects()
+        self.reward = reward  # built in `start`, once the run folder's objects are known
         self.run_dir = cfg.run_dir
         self.step = 0
         self.tools: Any = None
@@ -93,9 +105,13 @@ class Trainer:
     async def start(self, resume: bool = False) -> Trainer:
         cfg = self.cfg
         checkpoint = self._resume_point(resume)
+        self._keep_objects(resume)
+        objects = self.objects
+        self.reward = self.reward or RewardRunner.from_config(cfg.reward, objects.reward)
         # Data first: a wrong path must fail before the backend starts Ray workers.
-        self.train_rows = load_rows(cfg.data.train)
-        self.eval_rows = load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else []
+        self.train_rows = objects.train_data or load_rows(cfg.data.train)
+        eval_rows = objects.eval_data or (load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else [])
+        self.eval_rows = eval_rows[: cfg.data.eval_size] if cfg.grpo.eval_every else []
         self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
         # The dtypes and LoRA targets are checked here too, before anything starts.
         self.setup = TrainingSetup.from_config(cfg, resolve_device(cfg.model.device))
@@ -125,6 +141,13 @@ class Trainer:
         model = self.cfg.model
         return Policy.load(name_or_path, device=model.device, dtype=model.master_dtype, trainable_adapter=True)
 
+    def _keep_objects(self, resume: bool) -> None:
+        """Objects given are written to the run folder; on resume without any, the folder's are used."""
+        if not self.objects.empty:
+            self.objects.save(self.run_dir)
+        elif resume:
+            self.objects = RunObjects.load(self.run_dir) or self.objects
+
     def _resume_point(self, resume: bool) -> ckpt.Checkpoint | None:
         latest = ckpt.load_latest(self.run_dir)
         if resume:
@@ -146,33 +169,11 @@ class Trainer:
         return self.setup.reference(self._load(self.cfg.model.name).model)
 
     async def _start_tools(self) -> Any:
-        if self.cfg.tools.config is None:
-            return None
-        from rlfactory_nb.tools import ToolSet
-
-        settings = self.cfg.tools
-        tools = ToolSet.from_config(
-            settings.config,
-            timeout_s=settings.timeout_s,
-            max_concurrency=settings.max_concurrency,
-            max_result_chars=settings.max_result_chars,
-            cache=settings.cache,
-        )
-        return await tools.start()
+        tools = build_tools(self.cfg, self.objects.tools)
+        return None if tools is None else await tools.start()
 
     def _agent(self, temperature: float) -> Agent:
-        rollout = self.cfg.rollout
-        return Agent(
-            self.policy,
-            self.tools,
-            parser=rollout.parser,
-            max_turns=rollout.max_turns,
-            max_new_tokens=rollout.max_new_tokens,
-            max_total_tokens=rollout.max_total_tokens,
-            sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
-            engine=self.backend.engine,
-            drift=rollout.drift_check,
-        )
+        return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.backend.engine, temperature=temperature)
 
     # ------------------------------------------------------------------ one step
 
@@ -253,10 +254,7 @@ class Trainer:
             ) from error
 
     async def score(self, groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
-        samples = [Sample.from_trajectory(traj) for group in groups for traj in group]
-        flat = await self.reward.score(samples)
-        size = len(groups[0]) if groups else 0
-        return [flat[i * size : (i + 1) * size] for i in range(len(groups))]
+        return await self.reward.score_groups([[Sample.from_trajectory(traj) for traj in group] for group in groups])
 
     def advantages(
         self, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]]
@@ -286,19 +284,10 @@ class Trainer:
     # ------------------------------------------------------------------ eval and checkpoints
 
     async def evaluate(self) -> dict[str, float]:
-        """Held-out reward, one rollout per prompt: sampled (run temperature) and greedy."""
-        metrics: dict[str, float] = {}
-        for mode, temperature in (("sampled", self.cfg.rollout.temperature), ("greedy", 0.0)):
-            groups = await rollout_groups(
-                self._agent(temperature), self.eval_rows, 1, self.cfg.rollout.max_in_flight
-            )
-            outcomes = await self.score(groups)
-            trajectories = [traj for group in groups for traj in group]
-            metrics.update(
-                reward_metrics([o.score for g in outcomes for o in g], [], prefix=f"eval/{mode}_reward")
-            )
-            metrics.update(rollout_metrics(trajectories, prefix=f"eval/{mode}"))
-        return metrics
+        """Held-out reward, one rollout per prompt: sampled (run temperature) and greedy; the same
+        pass as `rf.evaluate` (eval.py), as metrics."""
+        results = await held_out_rollouts(self.cfg, self._agent, self.eval_rows, self.reward)
+        return held_out_metrics(results)
 
     async def save_checkpoint(self) -> Path:
         saved = ckpt.save_checkpoint(
@@ -374,10 +363,20 @@ async def train(
     on_step: StepCallback | None = None,
     stop_event: Any = None,
     resume: bool = False,
-    reward: RewardRunner | None = None,
+    reward: RewardRunner | RewardFunction | Mapping[str, RewardFunction] | None = None,
+    tools: ExtraTools | None = None,
+    train_data: Any = None,
+    eval_data: Any = None,
 ) -> TrainResult:
-    """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring."""
-    trainer = Trainer(cfg, policy, reward)
+    """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring.
+
+    reward / tools / train_data / eval_data: objects from the kernel instead of what `cfg` names
+    (a reward function or dict of them, `@rf.tool` functions or a ToolSet, rows or a
+    datasets.Dataset); they are kept in the run folder, so `resume=True` needs them only to change them.
+    """
+    runner = reward if isinstance(reward, RewardRunner) else None
+    objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
+    trainer = Trainer(cfg, policy, runner, objects)
     try:
         await trainer.start(resume=resume)
         return await trainer.run(on_step, stop_event)

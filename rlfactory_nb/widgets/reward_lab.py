@@ -72,10 +72,9 @@ class RewardLab:
         if not self.groups:
             raise RuntimeError("no rollouts yet: `await lab.sample(n_prompts)` first")
         runner = RewardRunner(self.rewards, on_error="zero", timeout_s=self.timeout_s)
-        samples = [Sample.from_trajectory(traj) for group in self.groups for traj in group]
-        flat = await runner.score(samples)
-        size = self.group_size
-        self.outcomes = [flat[i * size : (i + 1) * size] for i in range(len(self.groups))]
+        self.outcomes = await runner.score_groups(
+            [[Sample.from_trajectory(traj) for traj in group] for group in self.groups]
+        )
         for view in self._views:
             view.refresh()
         return self

@@ -57,8 +57,8 @@ def test_bad_rows_name_the_line_and_the_missing_column(tmp_path, record, message
 def test_missing_files_and_other_formats_are_clear_errors(tmp_path):
     with pytest.raises(DatasetError, match="does not exist"):
         load_rows(str(tmp_path / "nope.jsonl"))
-    with pytest.raises(DatasetError, match="expected a .jsonl file"):
-        load_rows(str(tmp_path / "data.csv"))
+    with pytest.raises(DatasetError, match="expected a .jsonl, .json, .csv or .parquet file"):
+        load_rows(str(tmp_path / "data.txt"))
     (tmp_path / "bad.jsonl").write_text('{"prompt": \n')
     with pytest.raises(DatasetError, match="bad.jsonl:1: not valid JSON"):
         load_rows(str(tmp_path / "bad.jsonl"))
@@ -71,3 +71,22 @@ def test_prompt_order_is_a_function_of_seed_and_step_and_covers_each_epoch():
     first_epoch = order.indices(1) + order.indices(2) + order.indices(3)[:2]
     assert sorted(first_epoch) == list(range(10))  # every row once before any repeats
     assert order.indices(1) != PromptOrder(num_rows=10, per_step=4, seed=4).indices(1)
+
+
+def test_datasets_users_already_have_load_like_jsonl(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    records = [{"prompt": "What is 1+1?", "ground_truth": "2"}, {"prompt": "What is 2+2?", "ground_truth": "4"}]
+    dataset = datasets.Dataset.from_list(records)
+    dataset.save_to_disk(str(tmp_path / "saved"))
+    dataset.to_json(str(tmp_path / "lines.json"))
+    dataset.to_csv(str(tmp_path / "table.csv"), index=False)
+    (tmp_path / "list.json").write_text(json.dumps(records))
+    expected = load_rows(write_jsonl(tmp_path / "data.jsonl", records))
+    for source in (dataset, records, *(str(tmp_path / name) for name in ("saved", "lines.json", "table.csv", "list.json"))):
+        assert load_rows(source) == expected, source
+    assert load_rows(dataset, 1) == expected[:1]
+    with pytest.raises(DatasetError, match="train_data row 1: missing column 'ground_truth'"):
+        load_rows(datasets.Dataset.from_list([{"prompt": "hi"}]), what="train_data")
+    datasets.DatasetDict({"train": dataset}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(DatasetError, match="DatasetDict with splits \\['train'\\]"):
+        load_rows(str(tmp_path / "dict"))

@@ -1,0 +1,220 @@
+"""Objects from the kernel that a run trains with instead of what its config names.
+
+`launch(cfg, cluster, reward=..., tools=..., train_data=..., eval_data=...)` and `train_sync(cfg, ...)`
+take a reward function (or a dict of named ones, as in the RewardLab), `@rf.tool` functions or a
+ToolSet, and rows (a list of dicts or a `datasets.Dataset`). They travel by value: cloudpickle, as
+Ray does for functions defined in `__main__`, and also for functions of the user's own modules (any
+module outside site-packages and this package), so the driver needs neither the notebook nor those
+files. What cannot be pickled (an open file, a lock, a client holding a socket) fails in the cell,
+before anything starts, with an error naming the object and the variable it refers to.
+
+The run folder keeps them, so that `TrainingJob.attach`, `launch(..., resume=True)` from a new kernel
+and `rlfactory-nb train --resume` find them again:
+
+    runs/<name>/code/objects.pkl     the pickled objects (what resume loads)
+    runs/<name>/code/reward.py       their source, for people to read (also tools.py)
+    runs/<name>/code/train_data.jsonl, eval_data.jsonl   the rows, readable
+
+Loading objects.pkl runs the code it holds, like importing the run's reward.py would: open run
+folders you or your team wrote, as you would run their code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from rlfactory_nb.runtime import ExtraTools, extra_tools
+from rlfactory_nb.tools.config import ToolsFile
+from rlfactory_nb.train.data import Row, load_rows
+
+CODE_DIR = "code"
+PICKLE_FILE = "objects.pkl"
+
+
+class ObjectTransferError(TypeError):
+    """An object given to launch / train_sync cannot travel to the cluster (it cannot be pickled)."""
+
+
+@dataclass(frozen=True)
+class RunObjects:
+    """The kernel's objects for one run; None fields fall back to the run config."""
+
+    reward: Callable[..., Any] | dict[str, Callable[..., Any]] | None = None
+    """the reward function, or named functions (the first trains; the others are logged)"""
+    tools: ToolsFile | None = None
+    """tools added to the config's tools file"""
+    train_data: list[Row] | None = None
+    eval_data: list[Row] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        reward: Callable[..., Any] | Mapping[str, Callable[..., Any]] | None = None,
+        tools: ExtraTools | None = None,
+        train_data: Any = None,
+        eval_data: Any = None,
+    ) -> RunObjects:
+        """Check and normalize what a user passed; every mistake names the argument."""
+        if reward is not None:
+            named = reward.items() if isinstance(reward, Mapping) else [("reward", reward)]
+            for name, function in named:
+                if not callable(function):
+                    raise TypeError(f"reward {name!r} is a {type(function).__name__}: pass a function of an rf.Sample")
+            reward = dict(reward) if isinstance(reward, Mapping) else reward
+        return cls(
+            reward=reward,
+            tools=extra_tools(tools),
+            train_data=None if train_data is None else load_rows(train_data, what="train_data"),
+            eval_data=None if eval_data is None else load_rows(eval_data, what="eval_data"),
+        )
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+    def functions(self) -> list[tuple[str, Callable[..., Any]]]:
+        """(label, function) of every reward and tool function, labels as errors name them."""
+        rewards = self.reward.items() if isinstance(self.reward, dict) else [("reward", self.reward)] if self.reward else []
+        labelled = [(f"reward {name!r}", function) for name, function in rewards]
+        for config in self.tools.functions if self.tools else ():
+            function = getattr(config.target, "fn", config.target)
+            if callable(function):
+                labelled.append((f"tool {getattr(config.target, 'name', function.__name__)!r}", function))
+        return labelled
+
+    # ------------------------------------------------------------------ travel
+
+    def dumps(self) -> bytes:
+        """The objects as bytes (cloudpickle, user modules by value); ObjectTransferError names what
+        cannot travel."""
+        from ray import cloudpickle
+
+        with _by_value(_user_modules(function for _, function in self.functions())):
+            parts = [*self.functions(), ("train_data", self.train_data), ("eval_data", self.eval_data)]
+            for label, value in parts:
+                try:
+                    cloudpickle.dumps(value)
+                except Exception as error:
+                    raise ObjectTransferError(_explain(label, value, error)) from error
+            if self.tools is not None:
+                for server in self.tools.servers:
+                    try:
+                        cloudpickle.dumps(server)
+                    except Exception as error:
+                        raise ObjectTransferError(_explain(f"tool server {server.name!r}", server, error)) from error
+            return cloudpickle.dumps(self)
+
+    @staticmethod
+    def loads(data: bytes) -> RunObjects:
+        from ray import cloudpickle
+
+        return cloudpickle.loads(data)
+
+    # ------------------------------------------------------------------ the run folder
+
+    def save(self, run_dir: str | Path, data: bytes | None = None) -> Path:
+        """Write code/objects.pkl (`data`, or `dumps()`) and the readable copies; returns code/."""
+        folder = Path(run_dir) / CODE_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / PICKLE_FILE).write_bytes(data if data is not None else self.dumps())
+        rewards = [(label, fn) for label, fn in self.functions() if label.startswith("reward")]
+        tools = [(label, fn) for label, fn in self.functions() if label.startswith("tool")]
+        for name, labelled in (("reward.py", rewards), ("tools.py", tools)):
+            if labelled:
+                (folder / name).write_text(_source_listing(labelled), encoding="utf-8")
+        for name in ("train_data", "eval_data"):
+            rows = getattr(self, name)
+            if rows is not None:
+                lines = (json.dumps(row, default=str, ensure_ascii=False) for row in rows)
+                (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return folder
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> RunObjects | None:
+        """The objects a run was started with, or None when it had none (see the module docstring)."""
+        path = Path(run_dir) / CODE_DIR / PICKLE_FILE
+        return cls.loads(path.read_bytes()) if path.exists() else None
+
+    @staticmethod
+    def saved_bytes(run_dir: str | Path) -> bytes | None:
+        path = Path(run_dir) / CODE_DIR / PICKLE_FILE
+        return path.read_bytes() if path.exists() else None
+
+
+def _explain(label: str, value: Any, error: Exception) -> str:
+    culprit = _culprit(value)
+    return (
+        f"{label} cannot travel to the cluster: pickling it failed ({type(error).__name__}: {error}).{culprit} "
+        "A function is sent with everything it refers to (globals, closure variables, defaults), and open "
+        "files, locks, sockets and clients cannot be sent: create them inside the function (or on its first "
+        "call), then launch again."
+    )
+
+
+def _culprit(value: Any) -> str:
+    """` It refers to 'log' (a TextIOWrapper), which cannot be pickled.`, when one variable is to blame."""
+    from ray import cloudpickle
+
+    target = getattr(value, "fn", value)
+    if not inspect.isfunction(target):
+        return ""
+    variables = inspect.getclosurevars(target)
+    named = {**variables.nonlocals, **variables.globals}
+    named.update({f"default #{i}": v for i, v in enumerate(target.__defaults__ or ())})
+    for name, item in named.items():
+        if inspect.ismodule(item):
+            continue
+        try:
+            cloudpickle.dumps(item)
+        except Exception:  # noqa: BLE001
+            return f" It refers to {name!r} (a {type(item).__name__}), which cannot be pickled."
+    return ""
+
+
+def _user_modules(functions: Iterator[Callable[..., Any]] | Any) -> list[ModuleType]:
+    """Modules of `functions` that are the user's own code: neither installed packages nor this one."""
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
+    package = Path(__file__).resolve().parents[1]
+    found = []
+    for function in functions:
+        module = sys.modules.get(getattr(function, "__module__", "") or "")
+        file = getattr(module, "__file__", None)
+        if module is None or module.__name__ == "__main__" or file is None:
+            continue
+        path = Path(file).resolve()
+        if not any(path.is_relative_to(root) for root in (*installed, package)) and module not in found:
+            found.append(module)
+    return found
+
+
+@contextlib.contextmanager
+def _by_value(modules: list[ModuleType]) -> Iterator[None]:
+    from ray import cloudpickle
+
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _source_listing(labelled: list[tuple[str, Callable[..., Any]]]) -> str:
+    parts = ["# What this run trained with, for reading; resume loads objects.pkl next to this file.\n"]
+    for label, function in labelled:
+        try:
+            source = inspect.getsource(function)
+        except (OSError, TypeError):
+            source = f"# (no source available: {function!r})\n"
+        parts.append(f"\n# {label}, from {getattr(function, '__module__', '?')}\n{source}")
+    return "".join(parts)

@@ -1,0 +1,79 @@
+"""Objects from the kernel in training: a reward function, @rf.tool functions and rows go to
+`train` instead of what the config names, are kept in runs/<name>/code/, and a resume without them
+uses the kept ones. What cannot travel fails before anything starts, naming it. A tools file's
+settings hold in the trainer's rollouts unless the run config sets them."""
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import rlfactory_nb as rf
+from rlfactory_nb.train.data import DatasetError
+from rlfactory_nb.train.loop import Trainer, train
+from rlfactory_nb.train.metrics import read_metrics
+from rlfactory_nb.train.objects import ObjectTransferError, RunObjects
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS = [{"prompt": f"What is {i}+{i}?", "ground_truth": str(2 * i)} for i in range(6)]
+
+
+def quarter(sample: rf.Sample) -> float:
+    """Defined in a test module, as a user's own module: it travels by value."""
+    return 0.25
+
+
+@rf.tool
+def long_text(n: int) -> str:
+    """n letters.
+
+    Args:
+        n: how many
+    """
+    return "x" * n
+
+
+async def test_objects_train_are_kept_in_the_run_folder_and_a_resume_uses_them(make_cfg):
+    cfg = make_cfg(grpo__steps=1)
+    result = await train(cfg, reward={"quarter": quarter}, tools=[long_text], train_data=ROWS)
+    assert result.metrics["reward/mean"] == 0.25
+    code = cfg.run_dir / "code"
+    assert "def quarter" in (code / "reward.py").read_text() and "def long_text" in (code / "tools.py").read_text()
+    assert (code / "train_data.jsonl").read_text().count("\n") == len(ROWS)
+    kept = RunObjects.load(cfg.run_dir)
+    assert kept.train_data[0]["messages"][0]["content"] == "What is 0+0?" and kept.tools.functions[0].target.name == "long_text"
+    # A new process would have only the run folder: resume names none of the objects.
+    await train(cfg.replace({"grpo.steps": 2}), resume=True)
+    assert [row["reward/mean"] for row in read_metrics(cfg.run_dir)] == [0.25, 0.25]
+
+
+def test_an_unpicklable_reward_fails_naming_it_and_what_it_holds():
+    lock = threading.Lock()
+
+    def guarded(sample):
+        with lock:
+            return 1.0
+
+    with pytest.raises(ObjectTransferError, match=r"reward 'mine' cannot travel.*refers to 'lock' \(a lock\)"):
+        RunObjects.of(reward={"mine": guarded}).dumps()
+
+
+async def test_the_trainer_checks_objects_before_starting(make_cfg, tmp_path):
+    with pytest.raises(DatasetError, match="train_data row 1: missing column 'messages'"):
+        await train(make_cfg(grpo__steps=1), train_data=[{"question": "?"}])
+    with pytest.raises(TypeError, match="reward 'x' is a str"):
+        await train(make_cfg(grpo__steps=1), reward={"x": "not a function"})
+
+
+async def test_a_tools_file_settings_hold_in_training_unless_the_run_config_sets_them(make_cfg):
+    tools_file = str(ROOT / "examples/calculator/tools.yaml")  # settings: max_result_chars: 1000
+    for overrides, limit in (({}, 1000), ({"tools.max_result_chars": 200}, 200)):
+        cfg = make_cfg(grpo__steps=1).replace({"tools.config": tools_file, **overrides})
+        trainer = await Trainer(cfg, objects=RunObjects.of(tools=[long_text])).start()
+        try:
+            assert trainer.agent.tools.settings.max_result_chars == limit
+            assert set(trainer.agent.tools.names) == {"calculator", "long_text"}
+            result = await trainer.agent.tools.call("long_text", {"n": 5000})
+            assert result.content.startswith("x" * limit) and len(result.content) < limit + 100
+        finally:
+            await trainer.close()
