@@ -2,17 +2,19 @@
 
 from rlfactory_nb.algo.advantages import group_advantages, turn_advantages, turn_index, zero_variance_groups
 from rlfactory_nb.algo.losses import (
-    LossArgs,
-    PolicyLoss,
     clipped_surrogate,
-    get_loss,
     importance_ratio,
     kl_penalty,
-    loss_names,
-    loss_reduction,
     masked_entropy,
     masked_mean,
     masked_sum,
+)
+from rlfactory_nb.algo.registry import (
+    LossArgs,
+    PolicyLoss,
+    get_loss,
+    loss_names,
+    loss_reduction,
     register_loss,
 )
 

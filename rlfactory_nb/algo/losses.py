@@ -30,131 +30,17 @@ the others) and gets the full-batch loss exactly.
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-Metrics = dict[str, float]
+from rlfactory_nb.algo.registry import LossArgs, Metrics, register_loss
 
-
-@dataclass(frozen=True)
-class LossArgs:
-    """The knobs of a policy loss. `LossArgs.from_config(cfg.grpo)` reads them from a run config."""
-
-    clip_low: float = 0.2
-    """PPO clip range below 1: ratios under 1 - clip_low stop pushing negative-advantage tokens down"""
-    clip_high: float = 0.28
-    """PPO clip range above 1: ratios over 1 + clip_high stop pushing positive-advantage tokens up"""
-    token_budget: int | None = None
-    """dr_grpo's constant divisor (the generation budget in tokens); None: the batch's padded length"""
-    truncate_ratio: float | None = None
-    """TIS cap on the old/rollout importance weight when rollout logprobs are given (None: no cap)"""
-    is_level: Literal["token", "sequence"] = "token"
-    """that importance weight per token, or one per sequence (see `importance_ratio`)"""
-    is_mode: Literal["truncate", "mask"] = "truncate"
-    """weights over the cap are capped ("truncate") or zeroed ("mask")"""
-
-    @classmethod
-    def from_config(cls, cfg: Any, **overrides: Any) -> LossArgs:
-        """Read the fields from any object that has them (e.g. `GRPOConfig`); missing ones keep defaults."""
-        values = {name: getattr(cfg, name) for name in cls.__dataclass_fields__ if hasattr(cfg, name)}
-        return cls(**{**values, **overrides})
-
-
-class PolicyLoss(Protocol):
-    def __call__(
-        self,
-        logprobs: Tensor,
-        old_logprobs: Tensor,
-        advantages: Tensor,
-        mask: Tensor,
-        args: LossArgs = ...,
-        rollout_logprobs: Tensor | None = None,
-    ) -> tuple[Tensor, Metrics]: ...
-
-
-Reduction = Literal["sequence", "token"]
-"""what a loss is a mean over: sequences (each weighs the same) or all sampled tokens of the batch"""
-
-
-@dataclass(frozen=True)
-class RegisteredLoss:
-    function: PolicyLoss
-    reduction: Reduction
-    """micro-batches are weighted by their share of this (see `rlfactory_nb.train.update`)"""
-
-
-_LOSSES: dict[str, RegisteredLoss] = {}
-
-
-def register_loss(name: str, reduction: Reduction = "sequence") -> Callable[[PolicyLoss], PolicyLoss]:
-    """Decorator: make a policy loss available as `get_loss(name)` and by `grpo.loss: name` in configs.
-
-    `reduction` declares what the loss averages over, "sequence" or "token": gradient accumulation
-    weighs each micro-batch by its share of that, which is what keeps a split batch's gradient exact.
-    A loss defined outside this package is named in configs as `module:function` (the module must be
-    importable on the workers, where the registration runs again on import).
-    """
-    if reduction not in ("sequence", "token"):
-        raise ValueError(f"register_loss reduction must be 'sequence' or 'token', got {reduction!r}")
-
-    def register(fn: PolicyLoss) -> PolicyLoss:
-        if name in _LOSSES and _LOSSES[name].function is not fn:
-            raise ValueError(f"a policy loss named {name!r} is already registered; choose another name")
-        _LOSSES[name] = RegisteredLoss(fn, reduction)
-        return fn
-
-    return register
-
-
-def get_loss(name: str) -> PolicyLoss:
-    """The policy loss registered as `name` (or imported from `module:function`); an unknown name is
-    an error listing the known ones."""
-    return _registered(name).function
-
-
-def loss_reduction(name: str) -> Reduction:
-    """What the loss `name` declared it averages over: "sequence" or "token"."""
-    return _registered(name).reduction
-
-
-def _registered(name: str) -> RegisteredLoss:
-    if ":" in name:
-        return _imported(name)
-    if name not in _LOSSES:
-        close = difflib.get_close_matches(name, _LOSSES, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise KeyError(
-            f"unknown policy loss {name!r}; known losses: {', '.join(sorted(_LOSSES))}, or "
-            f"'module:function' for one registered in your own module.{hint}"
-        )
-    return _LOSSES[name]
-
-
-def _imported(spec: str) -> RegisteredLoss:
-    """`module:function` where the function carries `@register_loss(...)` (importing registers it)."""
-    module_name, _, attribute = spec.partition(":")
-    try:
-        function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise KeyError(f"policy loss {spec!r}: cannot import it ({error})") from error
-    for registered in _LOSSES.values():
-        if registered.function is function:
-            return registered
-    raise KeyError(
-        f"policy loss {spec!r} is not registered: decorate it with "
-        "@register_loss(name, reduction='sequence' or 'token') so its reduction is known"
-    )
-
-
-def loss_names() -> list[str]:
-    return sorted(_LOSSES)
-
+DEFAULT_ARGS = LossArgs()
+GSPO_ARGS = LossArgs(clip_low=3e-4, clip_high=4e-4)
+"""the GSPO paper's clip ranges: its sequence ratio is a geometric mean, so it moves little"""
 
 # ---------------------------------------------------------------- masked reductions
 
@@ -328,7 +214,7 @@ def grpo_loss(
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    args: LossArgs = LossArgs(),
+    args: LossArgs = DEFAULT_ARGS,
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Token-mean within each sequence, then mean over the sequences that have sampled tokens."""
@@ -345,7 +231,7 @@ def dapo_loss(
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    args: LossArgs = LossArgs(),
+    args: LossArgs = DEFAULT_ARGS,
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """One mean over every sampled token of the batch (token-level policy gradient)."""
@@ -360,7 +246,7 @@ def dr_grpo_loss(
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    args: LossArgs = LossArgs(),
+    args: LossArgs = DEFAULT_ARGS,
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Sum over each sequence's tokens divided by the constant token budget, then mean over sequences."""
@@ -378,7 +264,7 @@ def gspo_loss(
     old_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    args: LossArgs = LossArgs(clip_low=3e-4, clip_high=4e-4),
+    args: LossArgs = GSPO_ARGS,
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): one length-normalised ratio

@@ -37,7 +37,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlfactory_nb.algo.losses import LossArgs, get_loss, kl_penalty, loss_reduction, masked_mean
+from rlfactory_nb.algo.losses import kl_penalty, masked_mean
+from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_reduction
 from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_logprobs
 from rlfactory_nb.train.logprobs import chunked_token_stats, supports_chunking
 from rlfactory_nb.train.parallel import gradient_sync
@@ -62,7 +63,8 @@ class UpdateSettings:
     max_tokens_per_micro_batch: int | None = None
     logprob_chunk_tokens: int | None = 1024
     precision: Precision = FLOAT32
-    lr_schedule: LRSchedule = field(default_factory=LRSchedule)
+    lr_schedule: LRSchedule | None = None
+    """None: the optimizer's rate is left as it is"""
 
     @classmethod
     def from_config(cls, cfg: Any, device: torch.device | None = None) -> UpdateSettings:
@@ -104,7 +106,8 @@ def policy_update(
             f"({world_size}) so that every worker trains on each mini-batch"
         )
     tally = _Tally()
-    settings.lr_schedule.apply(optimizer, step)  # every optimizer step of this training step
+    if settings.lr_schedule is not None:
+        settings.lr_schedule.apply(optimizer, step)  # for every optimizer step of this training step
     rollout_logprobs = None
     if settings.loss_args.truncate_ratio is not None:
         rollout_logprobs = batch.old_logprobs

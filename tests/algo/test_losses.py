@@ -3,17 +3,9 @@ import math
 import pytest
 import torch
 
-from rlfactory_nb.algo import losses
-from rlfactory_nb.algo.losses import (
-    LossArgs,
-    get_loss,
-    importance_ratio,
-    kl_penalty,
-    loss_names,
-    masked_entropy,
-    masked_mean,
-    register_loss,
-)
+from rlfactory_nb.algo import losses, registry
+from rlfactory_nb.algo.losses import importance_ratio, kl_penalty, masked_entropy, masked_mean
+from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_names, register_loss
 from rlfactory_nb.config import GRPOConfig
 
 ARGS = LossArgs(clip_low=0.2, clip_high=0.28)
@@ -267,7 +259,7 @@ def test_register_a_custom_loss_and_refuse_a_duplicate_name():
         with pytest.raises(ValueError, match="already registered"):
             register_loss("grpo")(total)
     finally:
-        del losses._LOSSES["test_only_sum"]
+        del registry._LOSSES["test_only_sum"]
 
 
 def test_loss_args_read_from_the_run_config():
@@ -299,7 +291,7 @@ def test_gspo_gradient_spreads_the_sequence_ratio_over_its_tokens():
     # d(-s A)/d logprob_t = -A s / |y|, then / 2 sequences
     expected = [[-s0 / 2 / 2, -s0 / 2 / 2, 0.0], [s1 / 3 / 2] * 3]
     assert torch.allclose(logprobs.grad, torch.tensor(expected), atol=1e-5)
-    assert losses.loss_reduction("gspo") == "sequence"
+    assert registry.loss_reduction("gspo") == "sequence"
 
 
 def test_importance_weights_per_sequence_are_the_product_of_token_ratios():

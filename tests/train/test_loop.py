@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlfactory_nb.algo.losses import LossArgs
+from rlfactory_nb.algo.registry import LossArgs
 from rlfactory_nb.policy import Policy
 from rlfactory_nb.train.batch import TrainBatch, build_batch, token_logprobs
 from rlfactory_nb.train.cli import main as train_cli

@@ -4,7 +4,8 @@ and losses that declare their own reduction (including one named as module:funct
 import pytest
 import torch
 
-from rlfactory_nb.algo.losses import LossArgs, get_loss, masked_mean, register_loss
+from rlfactory_nb.algo.losses import masked_mean
+from rlfactory_nb.algo.registry import LossArgs, get_loss, register_loss
 from rlfactory_nb.train import update
 from rlfactory_nb.train.precision import Precision
 from rlfactory_nb.train.trainable import TrainingSetup
