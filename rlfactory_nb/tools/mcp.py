@@ -31,6 +31,7 @@ from typing import IO, Any, Literal
 
 import anyio
 import anyio.abc
+import pydantic_core
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -39,6 +40,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED, PaginatedRequestParams
 
 from rlfactory_nb.tools.config import ServerConfig, python_command
+from rlfactory_nb.tools.validate import InvalidArguments
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +144,9 @@ class MCPConnection:
         return self.tools
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallOutcome:
-        """Call `tool` on the server. Cancel the awaiting task (e.g. a timeout) to cancel the call."""
+        """Call `tool` on the server. Cancel the awaiting task (e.g. a timeout) to cancel the call.
+        Raises InvalidArguments, before the session sees them, for arguments it could not send."""
+        _check_sendable(arguments)
         if self._queue is None or self._supervisor is None or self._supervisor.done():
             # once the supervisor is done nobody would answer the queue: fail now instead of hanging
             raise ServerUnavailable(
@@ -359,6 +363,16 @@ async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[An
         streamable_http_client(url, http_client=client) as streams,
     ):
         yield streams
+
+
+def _check_sendable(arguments: dict[str, Any]) -> None:
+    """Serialise `arguments` as the SDK will. It does so in its transport's writer task, where a
+    failure (a lone surrogate in model text) ends the session like a crash: every call in flight
+    fails, and the server is restarted until it is marked failed."""
+    try:
+        pydantic_core.to_json(arguments)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArguments(f"the arguments cannot be sent to the server: {_flatten(exc)}") from None
 
 
 async def _list_tools(session: ClientSession) -> list[RemoteTool]:

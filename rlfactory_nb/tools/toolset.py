@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import json
 import logging
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ from typing import Any, Self
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import ConfigError
+from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.cache import Recorded, ToolCache, cache_key
 from rlfactory_nb.tools.config import (
     FunctionConfig,
@@ -159,17 +159,19 @@ class ToolSet:
     # -- calling --------------------------------------------------------------------------------
 
     async def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> ToolResult:
-        """Call one tool. `arguments` may be a dict or its JSON text. Always returns a ToolResult."""
+        """Call one tool. `arguments` may be a dict or its JSON text. Always returns a ToolResult,
+        whatever the model wrote (validate.py: no tool or server sees what cannot be sent)."""
         started_at = time.perf_counter()
         if not self.started:
             await self.start()
         self._check_loop()
-        entry = self._tools.get(name)
+        entry = self._tools.get(name) if isinstance(name, str) else None
         if entry is None:
-            return _result(name, "unknown_tool", self._unknown_message(name), started_at)
+            shown = validate.shown_name(name)
+            return _result(shown, "unknown_tool", self._unknown_message(shown), started_at)
         args, problem = _parse_arguments(entry, arguments)
         if problem:
-            return _result(name, "invalid_args", problem, started_at)
+            return _result(name, "invalid_args", validate.shown_text(problem), started_at)
         return await self._call_checked(name, entry, args, started_at)
 
     async def call_many(
@@ -234,6 +236,8 @@ class ToolSet:
             return "timeout", f"tool {entry.spec.name} timed out after {timeout_s:g} s", False
         except ServerUnavailable as exc:
             return "error", str(exc), False
+        except validate.InvalidArguments as exc:
+            return "invalid_args", f"invalid arguments for {entry.spec.name}: {exc}", False
         except Exception as exc:  # noqa: BLE001 - a Python tool raised: the model reads the error
             return "error", f"{type(exc).__name__}: {exc}", True
         return ("error" if outcome.is_error else "ok"), outcome.text, True
@@ -363,13 +367,9 @@ def _parse_arguments(entry: _Tool, arguments: Mapping[str, Any] | str | None) ->
     name = entry.spec.name
     if arguments is None:
         arguments = {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return {}, f"invalid arguments for {name}: not valid JSON ({exc.msg} at position {exc.pos})"
-    if not isinstance(arguments, Mapping):
-        return {}, f"invalid arguments for {name}: expected a JSON object, got {type(arguments).__name__}"
+    arguments, problem = validate.load_arguments(arguments) if isinstance(arguments, str) else (arguments, "")
+    if problem := problem or validate.check_arguments(arguments):
+        return {}, f"invalid arguments for {name}: {problem}"
     arguments = dict(arguments)
     if entry.validator is not None:
         error = _first_error(entry.validator, arguments)
