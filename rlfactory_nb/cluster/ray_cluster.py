@@ -1,9 +1,9 @@
 """Cluster: the one place a notebook kernel connects to Ray.
 
 `Cluster.connect()` with no address starts a private local Ray sized for this machine: every CPU it
-may use, an object store of a tenth of RAM (Ray's default of 30% starves small machines), the
-dashboard bound to 127.0.0.1 only, and `address="local"` so a stale cluster file in /tmp can never
-make it join someone else's cluster. `"auto"` joins a cluster started with `ray start` on this
+may use, an object store of a tenth of RAM (Ray's default of 30% starves small machines), every
+server of it (GCS, raylet, agents, workers, dashboard) listening on 127.0.0.1 only (`start_local`),
+and `address="local"` so a stale cluster file in /tmp can never make it join someone else's cluster. `"auto"` joins a cluster started with `ray start` on this
 machine and `"ray://host:10001"` a remote one through Ray Client.
 
 Token authentication: clusters started with `ray start` require a token by default. Pass
@@ -88,12 +88,10 @@ class Cluster:
         try:
             if address is None:
                 cpus, object_store = machine_limits()
-                context = ray.init(
-                    address="local",
+                context = start_local(
                     num_cpus=num_cpus or cpus,
                     object_store_memory=int(object_store_memory_gb * _GIB) if object_store_memory_gb else object_store,
                     include_dashboard=dashboard,
-                    dashboard_host="127.0.0.1",
                     namespace=NAMESPACE,
                     log_to_driver=False,  # job output goes to runs/<name>/job.log, not into cells
                 )
@@ -154,6 +152,24 @@ class Cluster:
         where = "local" if self.local else self.address
         dashboard = f", dashboard {self.dashboard_url}" if self.dashboard_url else ""
         return f"Cluster({where}{dashboard})"
+
+
+def start_local(**options: Any) -> Any:
+    """`ray.init` of a private single-node Ray whose servers all listen on 127.0.0.1 only.
+
+    Ray binds its servers to loopback only when the node's IP is a loopback address, and `ray.init`
+    replaces a loopback `_node_ip_address` with the machine's IP unless multi-node clusters are off
+    (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read once when Ray is imported): hence the flag is off
+    while the node starts. The dashboard, if any, is on 127.0.0.1 too (`dashboard_host`)."""
+    import ray
+    from ray._private import ray_constants
+
+    multi_node = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        return ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = multi_node
 
 
 def _node(node: dict[str, Any]) -> NodeInfo:
