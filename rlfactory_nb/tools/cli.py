@@ -33,11 +33,15 @@ async def _run(args: argparse.Namespace) -> int:
     settings = {"cache": False}  # a one-off call from a shell should reach the tool
     if getattr(args, "timeout_s", None) is not None:
         settings["timeout_s"] = args.timeout_s
-    async with ToolSet.from_config(args.config, **settings) as tools:
+    tools = ToolSet.from_config(args.config, **settings)
+    await tools.start(warm_validators=args.tools_command == "call")  # listing validates nothing
+    try:
         if args.tools_command == "list":
             _print_specs(tools, as_json=args.json)
             return 0
         result = await tools.call(args.name, args.arguments)
+    finally:
+        await tools.stop()
     if args.json:
         print(json.dumps(dataclasses.asdict(result), ensure_ascii=False, indent=2))
     else:

@@ -57,7 +57,8 @@ class _Tool:
     options: ToolOptions
     invoke: Invoke
     semaphore: asyncio.Semaphore | None
-    validator: Any = None
+    validator: Any = ...
+    """the arguments' jsonschema validator (None: the schema is invalid); `...` until first built"""
 
 
 class ToolSet:
@@ -104,8 +105,9 @@ class ToolSet:
     def started(self) -> bool:
         return self._loop is not None
 
-    async def start(self) -> Self:
-        """Start every server at once, list and name their tools, and warm the argument validators."""
+    async def start(self, warm_validators: bool = True) -> Self:
+        """Start every server at once, list and name their tools, and warm the argument validators
+        (`import jsonschema` costs seconds; without warming, a tool's first call pays it)."""
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
@@ -117,7 +119,7 @@ class ToolSet:
             except ConfigError:
                 await self.stop()
                 raise
-            for entry in self._tools.values():  # the first jsonschema use costs seconds; pay it here
+            for entry in self._tools.values() if warm_validators else ():
                 entry.validator = _validator(entry.spec.input_schema)
             self._global_limit = asyncio.Semaphore(self.settings.max_concurrency)
             self._loop = asyncio.get_running_loop()
@@ -371,6 +373,8 @@ def _parse_arguments(entry: _Tool, arguments: Mapping[str, Any] | str | None) ->
     if problem := problem or validate.check_arguments(arguments):
         return {}, f"invalid arguments for {name}: {problem}"
     arguments = dict(arguments)
+    if entry.validator is ...:
+        entry.validator = _validator(entry.spec.input_schema)
     if entry.validator is not None:
         error = _first_error(entry.validator, arguments)
         if error:

@@ -149,7 +149,7 @@ DYNAMIC_IMPORTS = {
     ("rewards/loading.py", "import_module"),  # reward.function from the run config
     ("rewards/loading.py", "exec_module"),  # reward.function given as a file path in the run config
     ("tools/python.py", "import_module"),  # functions: entries of the tools config
-    ("algo/losses.py", "import_module"),  # grpo.loss given as module:function in the run config
+    ("algo/registry.py", "import_module"),  # grpo.loss given as module:function in the run config
     ("cli.py", "import_module"),  # a subcommand's own module, named in cli.py itself
 }
 PROCESS_STARTERS = {
