@@ -16,7 +16,8 @@ AdamW without a master (the broken baseline) beside them:
 
 A step is forward, backward and one AdamW step (lr 1e-6, no weight decay, so only gradients move a
 weight) of a token-mean cross-entropy on a fixed random batch, with a Qwen3-architecture model of
-random weights. Each variant lives in its own worker process (its own memory high-water mark); the
+random weights, rounded to bfloat16 as a published checkpoint's are (that matters: a float32 weight
+between two bfloat16 values flips its rounding for a small step, one on the grid does not). Each variant lives in its own worker process (its own memory high-water mark); the
 parent has them step in turn, rotating which goes first, so load from elsewhere hits all alike, and
 discards each one's first step. "Changed" is the fraction of the trained (master) weights that differ
 after the first step from before it: what a real learning rate leaves of an update.
@@ -102,7 +103,11 @@ def build_model(shape: Shape) -> Any:
         eos_token_id=None,
         pad_token_id=None,
     )
-    return Qwen3ForCausalLM(config).float().train()
+    model = Qwen3ForCausalLM(config).float().train()
+    with torch.no_grad():
+        for parameter in model.parameters():  # start where a bfloat16 checkpoint (Qwen3's) starts
+            parameter.copy_(parameter.to(torch.bfloat16))
+    return model
 
 
 class Stepper:
@@ -267,6 +272,7 @@ def summarize(results: dict[str, dict[str, Any]], rounds: int, shape: Shape) -> 
             "changed_fraction": first["changed"],
             "compute_copy_changed_fraction": first["compute_changed"],
             "first_loss": first["loss"],
+            "last_loss": result["steps"][-1]["loss"],
             "ready_rss_mib": result["ready_rss_mib"],
             "peak_rss_mib": result["peak_rss_mib"],
         }
@@ -284,6 +290,7 @@ def markdown(data: dict[str, Any], argv: list[str], machine: str) -> str:
             f"{v['ready_rss_mib']:.0f}",
             f"{v['peak_rss_mib']:.0f}",
             f"{100 * v['changed_fraction']:.1f}%",
+            f"{v['first_loss'] - v['last_loss']:.4f}",
         ]
         for name, v in data["variants"].items()
     ]
@@ -294,6 +301,7 @@ def markdown(data: dict[str, Any], argv: list[str], machine: str) -> str:
         "RSS after setup (MiB)",
         "peak RSS (MiB)",
         "changed by one step",
+        "loss drop, first to last step",
     ]
     shape = data["shape"]
     master = data["variants"]["master"]
@@ -310,6 +318,11 @@ def markdown(data: dict[str, Any], argv: list[str], machine: str) -> str:
             "float32 copy) that differ after the first step. The master variant's bfloat16 working copy, "
             f"which forward and the engines see, changed in {100 * master['compute_copy_changed_fraction']:.1f}% "
             "of its entries: small steps accumulate in the master until they cross a bfloat16 rounding step."
+        ),
+        (
+            f"- 'Loss drop': the loss of the first step minus that of the last (each computed before its "
+            f"step's update, on the same batch), so what {data['rounds']} updates did to what the forward "
+            "computes."
         ),
         (
             "- Memory per parameter, before activations: float32 and autocast 16 bytes (weights, gradients, "
