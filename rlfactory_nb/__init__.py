@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "format_trajectory": "rollout.display",
     "rollout_groups": "rollout.groups",
     **dict.fromkeys(["ToolCache", "ToolSet", "tool"], "tools"),
+    "build_tools": "runtime",
     # `train` itself is not exported: it would shadow the `rlfactory_nb.train` subpackage
     **dict.fromkeys(["train_sync", "Trainer", "TrainResult"], "train.loop"),
     **dict.fromkeys(["load_latest", "CheckpointError"], "train.checkpoint"),

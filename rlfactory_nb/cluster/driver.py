@@ -21,15 +21,26 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
+from rlfactory_nb.cluster.shipping import unstage
 from rlfactory_nb.config import RunConfig
 
 
 class TrainingDriver:
-    def __init__(self, config: dict[str, Any], cwd: str, resume: bool, num_threads: int, linger_s: float):
-        if os.path.isdir(cwd):
-            os.chdir(cwd)  # relative paths in the config (tools files, datasets) mean the launcher's folder
-        self.cfg = RunConfig.from_dict(config)
+    def __init__(
+        self,
+        config: dict[str, Any],
+        resume: bool,
+        num_threads: int,
+        linger_s: float,
+        objects: bytes | None = None,
+        staged: dict[str, str] | None = None,
+    ):
+        """Ray starts the driver in the shipped project folder (cluster/shipping.py), so the config's
+        relative paths mean the launcher's files; `staged` maps the keys of files shipped from
+        outside it. `objects`: the kernel's reward, tools and rows, pickled (train/objects.py)."""
+        self.cfg = unstage(RunConfig.from_dict(config), staged or {})
         self.folder = RunFolder(Path(self.cfg.run_dir))
+        self.objects = objects
         self.resume = resume
         self.linger_s = linger_s
         self.num_threads = num_threads
@@ -63,6 +74,7 @@ class TrainingDriver:
         import torch
 
         from rlfactory_nb.train.loop import Trainer
+        from rlfactory_nb.train.objects import RunObjects
 
         torch.set_num_threads(max(1, self.num_threads))
         steps = self.cfg.grpo.steps
@@ -70,7 +82,8 @@ class TrainingDriver:
             state="starting", step=0, steps=steps, pid=os.getpid(), error=None,
             run_dir=str(self.folder.path), model=self.cfg.model.name,
         )
-        trainer = self._trainer = Trainer(self.cfg)
+        objects = RunObjects.loads(self.objects) if self.objects is not None else None
+        trainer = self._trainer = Trainer(self.cfg, objects=objects)
         try:
             await trainer.start(resume=self.resume)
             self.folder.write_status(state="running", step=trainer.step)

@@ -1,7 +1,9 @@
 """`launch(cfg, cluster)` and `TrainingJob`: training runs on the cluster, the kernel stays free.
 
-`launch` checks what the config names (reward function, tools file, datasets), starts the driver actor
-(cluster/driver.py) and returns a TrainingJob at once. The job is a
+`launch` checks what the config names (reward function, tools file, datasets) and the objects from the
+kernel (`reward=`, `tools=`, `train_data=`, `eval_data=`: train/objects.py), ships the user's files
+with the job (cluster/shipping.py), starts the driver actor (cluster/driver.py) and returns a
+TrainingJob at once. The job is a
 handle: every property is read when asked, from the actor while it lives and from `runs/<name>/`
 (cluster/run_folder.py) otherwise, so a finished run opens without Ray and
 `TrainingJob.attach(name, cluster)` reconnects after a kernel restart.
@@ -36,47 +38,77 @@ def launch(
     cfg: RunConfig,
     cluster: Cluster | None = None,
     *,
+    reward: Any = None,
+    tools: Any = None,
+    train_data: Any = None,
+    eval_data: Any = None,
     resume: bool = False,
     replace: bool = False,
     num_cpus: float | None = None,
     linger_s: float = 600.0,
+    working_dir: str | Path | None = None,
+    ship_files: bool = True,
 ) -> TrainingJob:
     """Start training `cfg` on `cluster` (default: `Cluster.connect(cfg.cluster.address)`); returns at once.
 
-    resume: continue runs/<name> from its latest checkpoint. replace: delete runs/<name> first.
-    num_cpus: CPUs the driver reserves (default cfg.cluster.cpus_per_worker; also its torch threads).
-    linger_s: how long the driver stays answerable after the run ends before freeing its CPUs.
+    reward / tools / train_data / eval_data: objects from the kernel used instead of what `cfg` names
+    (a reward function or a dict of them, `@rf.tool` functions or a ToolSet, rows or a
+    datasets.Dataset); they travel by value and stay in runs/<name>/code/, so a resume needs them
+    only to change them. resume: continue runs/<name> from its latest checkpoint. replace: delete
+    runs/<name> first. num_cpus: CPUs the driver reserves (default cfg.cluster.cpus_per_worker; also
+    its torch threads). linger_s: how long the driver stays answerable after the run ends.
+    working_dir: the project folder shipped with the job (default: the working directory);
+    ship_files: also ship files the config names outside it (see cluster/shipping.py).
     """
     import ray
 
-    _preflight(cfg)
+    from rlfactory_nb.cluster.shipping import runtime_env
+    from rlfactory_nb.train.objects import RunObjects
+
+    objects = RunObjects.of(reward, tools, train_data, eval_data)
+    payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
+    _preflight(cfg, objects)
     cluster = cluster or Cluster.connect(cfg.cluster.address)
     cfg = _absolute(cfg)
+    env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     folder = RunFolder(cfg.run_dir)
     _retire_previous(cfg.name)
     _prepare_folder(folder, resume, replace)
+    if payload is not None:
+        objects.save(folder.path, payload)
+    elif resume:
+        payload = RunObjects.saved_bytes(folder.path)
     folder.write_status(state="pending", step=0, steps=cfg.grpo.steps, error=None, run_dir=str(folder.path), model=cfg.model.name)
     cpus = num_cpus if num_cpus is not None else cfg.cluster.cpus_per_worker
     actor = (
         ray.remote(TrainingDriver)
-        .options(name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0)
-        .remote(cfg.to_dict(), str(Path.cwd()), resume, max(1, int(cpus)), linger_s)
+        .options(
+            name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0,
+            runtime_env=env,
+        )
+        .remote(driver_cfg.to_dict(), resume, max(1, int(cpus)), linger_s, payload, staged)
     )
     return TrainingJob(cfg.name, folder.path, actor, cluster)
 
 
-def _preflight(cfg: RunConfig) -> None:
-    """Load what the config names (reward function, tools file, datasets) here, so that a mistake
-    is raised in the notebook cell rather than inside the driver after it took its CPUs."""
+def _preflight(cfg: RunConfig, objects: Any) -> None:
+    """Load what the config names (reward function, tools file, datasets) here, unless objects
+    replace it, and check that the workers can import the modules it names, so that a mistake is
+    raised in the notebook cell rather than inside the driver after it took its CPUs."""
     from rlfactory_nb.rewards.loading import load_reward
     from rlfactory_nb.tools.config import load_tools_config
+    from rlfactory_nb.tools.python import load_function
     from rlfactory_nb.train.data import load_rows
 
-    load_reward(cfg.reward.function)
+    if objects.reward is None:
+        load_reward(cfg.reward.function, cfg.reward.args)
     if cfg.tools.config is not None:
-        load_tools_config(cfg.tools.config)
-    load_rows(cfg.data.train, 1)
-    if cfg.grpo.eval_every:
+        for function in load_tools_config(cfg.tools.config).functions:
+            if isinstance(function.target, str):
+                load_function(function.target)
+    if objects.train_data is None:
+        load_rows(cfg.data.train, 1)
+    if cfg.grpo.eval_every and objects.eval_data is None:
         load_rows(cfg.data.eval, 1)
 
 

@@ -130,7 +130,7 @@ class RunObjects:
         tools = [(label, fn) for label, fn in self.functions() if label.startswith("tool")]
         for name, labelled in (("reward.py", rewards), ("tools.py", tools)):
             if labelled:
-                (folder / name).write_text(_source_listing(labelled), encoding="utf-8")
+                (folder / name).write_text(source_listing(labelled), encoding="utf-8")
         for name in ("train_data", "eval_data"):
             rows = getattr(self, name)
             if rows is not None:
@@ -209,7 +209,7 @@ def _by_value(modules: list[ModuleType]) -> Iterator[None]:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def _source_listing(labelled: list[tuple[str, Callable[..., Any]]]) -> str:
+def source_listing(labelled: list[tuple[str, Callable[..., Any]]]) -> str:
     parts = ["# What this run trained with, for reading; resume loads objects.pkl next to this file.\n"]
     for label, function in labelled:
         try:

@@ -9,13 +9,18 @@ says which of these traps the current setup falls into.
 
 The lab is a plain object (`sample`, `rescore`, `table`, `advantages`, `warnings`); `view()` draws
 it. After editing a reward function in a cell, `await lab.rescore(mine=mine)` scores the same
-rollouts again.
+rollouts again. Group rewards (`@rf.group_reward`) are scored once per prompt's group, as in training.
+
+The lab hands its reward to training: `rf.launch(cfg, cluster, reward=lab.reward("mine"))` in the
+same kernel, or `lab.save_reward(path, "mine")` and, in another kernel (notebook 03 after 02),
+`rf.RewardLab.load_reward(path)`.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -78,6 +83,40 @@ class RewardLab:
         for view in self._views:
             view.refresh()
         return self
+
+    # ------------------------------------------------------------------ handing over to training
+
+    def reward(self, *names: str) -> Callable[[Sample], Any] | dict[str, Callable[[Sample], Any]]:
+        """The lab's reward as `launch(..., reward=)` takes it: one function by name, or several as a
+        dict (the first trains, the others are logged); no names: all of them, the first training."""
+        unknown = [name for name in names if name not in self.rewards]
+        if unknown:
+            raise KeyError(f"the lab has no reward {unknown[0]!r}; it has {', '.join(self.rewards)}")
+        if len(names) == 1:
+            return self.rewards[names[0]]
+        return {name: self.rewards[name] for name in names or self.rewards}
+
+    def save_reward(self, path: str | Path, *names: str) -> Path:
+        """Write `reward(*names)` to `path` (pickled by value, as launch sends it) with its source
+        next to it (`path` with .py), for another kernel: `RewardLab.load_reward(path)`."""
+        from rlfactory_nb.train.objects import RunObjects, source_listing
+
+        objects = RunObjects.of(reward=self.reward(*names))
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(objects.dumps())
+        path.with_suffix(".py").write_text(source_listing(objects.functions()), encoding="utf-8")
+        return path
+
+    @staticmethod
+    def load_reward(path: str | Path, if_missing: Any = FileNotFoundError) -> Any:
+        """What `save_reward` wrote (it runs the pickled code: load only files you trust); when there
+        is no such file, `if_missing` (e.g. None: use the config's reward) unless it is the default."""
+        from rlfactory_nb.train.objects import RunObjects
+
+        if not Path(path).exists() and if_missing is not FileNotFoundError:
+            return if_missing
+        return RunObjects.loads(Path(path).read_bytes()).reward
 
     def sample_sync(self, n_prompts: int = 8, start: int = 0) -> RewardLab:
         return run_sync(self.sample(n_prompts, start))

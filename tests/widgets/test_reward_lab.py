@@ -73,3 +73,24 @@ async def test_rescore_uses_the_edited_function_on_the_same_rollouts(tokenizer, 
 def test_group_size_one_is_refused(tokenizer):
     with pytest.raises(ValueError, match="group_size"):
         RewardLab(scripted_agent(tokenizer, None, {}), ROWS, rewards=exact_match, group_size=1)
+
+
+def test_the_lab_hands_its_reward_to_training_and_to_another_kernel(tmp_path):
+    from rlfactory_nb.rewards import exact_match, group_reward
+
+    def mine(sample):
+        return 0.5
+
+    @group_reward
+    def ranked(samples):
+        return [float(i) for i in range(len(samples))]
+
+    lab = RewardLab(agent=None, dataset=[], rewards={"em": exact_match, "mine": mine, "ranked": ranked})
+    assert lab.reward("mine") is mine and list(lab.reward("mine", "em")) == ["mine", "em"]
+    assert list(lab.reward()) == ["em", "mine", "ranked"]
+    with pytest.raises(KeyError, match="no reward 'nope'"):
+        lab.reward("nope")
+    path = lab.save_reward(tmp_path / "chosen.pkl", "mine", "ranked")
+    loaded = RewardLab.load_reward(path)
+    assert loaded["mine"](None) == 0.5 and loaded["ranked"].group_reward is True
+    assert "def mine" in path.with_suffix(".py").read_text()

@@ -1,0 +1,189 @@
+"""The user's files travel with a job: Ray's `runtime_env` for the training driver.
+
+On a cluster whose nodes do not share the kernel's disk (or one reached with `ray://`), the driver
+finds nothing the config names unless it is shipped. `launch` ships:
+
+- the project folder the kernel works in (`working_dir`, default the working directory) as the
+  driver's working directory, without `.git`, virtual environments, caches, the run folder and
+  model weights (and what `.gitignore` leaves out: Ray honours it). Paths of the config inside it
+  become relative, so they mean the same file on the driver's node;
+- files the config names outside that folder (the tools file, a `file.py:function` reward, dataset
+  files and `save_to_disk` folders) as one staged package in `py_modules`; the driver maps their
+  paths to where Ray unpacked it;
+- modules named by `module:function` (the reward, the tools file's `functions:`) that a fresh
+  interpreter on a worker could not import (found only through the kernel's `sys.path`): their file
+  or package folder, in `py_modules`. One that has no file to ship fails in the cell, named.
+
+Size limit: SHIP_LIMIT_MB (100 MiB) for the project folder and for the staged files, each; past
+it `launch` fails in the cell naming the largest files. Put large datasets on storage every node
+mounts and name them by that path with `ship_files=False`, or pass rows (`train_data=`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rlfactory_nb.config import RunConfig
+
+SHIP_LIMIT_MB = 100
+EXCLUDES = [".git", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "*.safetensors", "*.bin", "*.pt"]
+STAGED_PREFIX = "rlfactory_nb_files_"
+
+
+class ShippingError(RuntimeError):
+    """Something the job needs cannot be shipped to the cluster."""
+
+
+def runtime_env(cfg: RunConfig, working_dir: str | Path, ship_files: bool = True) -> tuple[dict[str, Any], RunConfig, dict[str, str]]:
+    """(runtime_env, the config as the driver should read it, staged files: config key -> name in
+    the staged package). See the module docstring."""
+    folder = Path(working_dir).resolve()
+    excludes = list(EXCLUDES)
+    output = Path(cfg.output_dir).resolve()
+    if output.is_relative_to(folder) and output != folder:
+        excludes.append("/" + str(output.relative_to(folder)))
+    _check_size([folder], excludes, f"the project folder {folder}")
+    overrides: dict[str, Any] = {}
+    outside: dict[str, Path] = {}
+    for key, path, suffix in named_files(cfg):
+        if path.is_relative_to(folder):
+            overrides[key] = str(path.relative_to(folder)) + suffix
+        elif ship_files:
+            outside[key] = path
+    env: dict[str, Any] = {"working_dir": str(folder), "excludes": excludes}
+    py_modules = [str(path) for path in _modules_to_ship(cfg, folder)]
+    staged: dict[str, str] = {}
+    if outside:
+        _check_size(list(outside.values()), [], "the files the config names outside the project folder")
+        package, staged = _stage(outside)
+        py_modules.append(str(package))
+    if py_modules:
+        env["py_modules"] = py_modules
+    return env, cfg.replace(overrides) if overrides else cfg, staged
+
+
+def unstage(cfg: RunConfig, staged: dict[str, str]) -> RunConfig:
+    """On the driver: config keys that named staged files, pointed at where Ray unpacked them."""
+    if not staged:
+        return cfg
+    package = next(iter(staged.values())).split("/")[0]
+    root = Path(importlib.import_module(package).__file__).parent
+    overrides = {}
+    for key, name in staged.items():
+        suffix = ":" + cfg.reward.function.rsplit(":", 1)[1] if key == "reward.function" else ""
+        overrides[key] = str(root / name.split("/", 1)[1]) + suffix
+    return cfg.replace(overrides)
+
+
+def named_files(cfg: RunConfig) -> list[tuple[str, Path, str]]:
+    """(config key, local path, suffix to keep) for every local file the config names."""
+    found = []
+    if cfg.tools.config is not None and Path(cfg.tools.config).exists():
+        found.append(("tools.config", Path(cfg.tools.config).resolve(), ""))
+    where, _, name = cfg.reward.function.rpartition(":")
+    if where.endswith(".py") and Path(where).exists():
+        found.append(("reward.function", Path(where).resolve(), f":{name}"))
+    for key in ("train", "eval"):
+        source = getattr(cfg.data, key)
+        if not source.startswith("synthetic:") and Path(source).exists():
+            found.append((f"data.{key}", Path(source).resolve(), ""))
+    return found
+
+
+def named_modules(cfg: RunConfig) -> list[str]:
+    """Modules the config names as `module:function` (reward, the tools file's `functions:`)."""
+    from rlfactory_nb.tools.config import load_tools_config
+
+    names = []
+    where = cfg.reward.function.rpartition(":")[0]
+    if where and not where.endswith(".py"):
+        names.append(where)
+    if cfg.tools.config is not None:
+        for function in load_tools_config(cfg.tools.config).functions:
+            if isinstance(function.target, str):
+                names.append(function.target.partition(":")[0])
+    return names
+
+
+def _modules_to_ship(cfg: RunConfig, folder: Path) -> list[Path]:
+    """Files or package folders of named modules a worker could not import by itself."""
+    shipped = []
+    for name in named_modules(cfg):
+        top = name.split(".")[0]
+        if importlib.machinery.PathFinder.find_spec(top, [*_worker_path(), str(folder)]) is not None:
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except ValueError:  # a module made in memory (no spec): nothing on disk to ship
+            spec = None
+        if spec is None or spec.origin in (None, "built-in", "frozen"):
+            raise ShippingError(
+                f"module {name!r} (named in the run config) cannot be imported by the cluster's workers, and "
+                "there is no file to ship: make it a file in the project folder, or pass the function itself "
+                "(launch(..., reward=fn) or tools=[fn])"
+            )
+        path = Path(spec.origin)
+        shipped.append(path.parent if spec.submodule_search_locations else path)
+    return shipped
+
+
+@functools.cache
+def _worker_path() -> tuple[str, ...]:
+    """sys.path of a fresh interpreter, as a worker process starts with (not the kernel's additions)."""
+    neutral = tempfile.gettempdir()
+    out = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        capture_output=True, text=True, cwd=neutral, check=True, timeout=60,
+    )
+    return tuple(json.loads(out.stdout))
+
+
+def _stage(files: dict[str, Path]) -> tuple[Path, dict[str, str]]:
+    """Copy `files` into one importable package folder; returns it and key -> package/relative name."""
+    digest = hashlib.sha256("\n".join(f"{k}={p}" for k, p in sorted(files.items())).encode()).hexdigest()[:12]
+    package = Path(tempfile.mkdtemp()) / f"{STAGED_PREFIX}{digest}"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    staged = {}
+    for index, (key, path) in enumerate(sorted(files.items())):
+        name = f"{index}_{path.name}"
+        (shutil.copytree if path.is_dir() else shutil.copy2)(path, package / name)
+        staged[key] = f"{package.name}/{name}"
+    return package, staged
+
+
+def _check_size(paths: list[Path], excludes: list[str], what: str) -> None:
+    sizes = []
+    for root in paths:
+        files = [root] if root.is_file() else _files(root, excludes)
+        sizes += [(file.stat().st_size, file) for file in files]
+    total = sum(size for size, _ in sizes)
+    if total > SHIP_LIMIT_MB * 2**20:
+        largest = ", ".join(f"{file} ({size / 2**20:.0f} MiB)" for size, file in sorted(sizes, reverse=True)[:3])
+        raise ShippingError(
+            f"{what} is {total / 2**20:.0f} MiB, over the {SHIP_LIMIT_MB} MiB a job ships (largest: {largest}). "
+            "Launch from a smaller folder (launch(..., working_dir=...)), list the big files in .gitignore, or "
+            "put large datasets on storage every node mounts and launch with ship_files=False"
+        )
+
+
+def _files(root: Path, excludes: list[str]) -> list[Path]:
+    names = {pattern for pattern in excludes if "*" not in pattern and not pattern.startswith("/")}
+    anchored = {root / pattern[1:] for pattern in excludes if pattern.startswith("/")}
+    suffixes = tuple(pattern[1:] for pattern in excludes if pattern.startswith("*"))
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in names and Path(directory, d) not in anchored]
+        found += [Path(directory, f) for f in files if not f.endswith(suffixes)]
+    return found
