@@ -31,3 +31,18 @@ def per_turn(sample: Sample) -> dict:
 def _sampled(sample: Sample) -> list[int]:
     traj = sample.trajectory
     return [token for token, mask in zip(traj.response_ids, traj.loss_mask) if mask]
+
+
+def flat_for_even_answers(sample: Sample) -> float:
+    """Flat (zero variance) exactly for prompts whose answer is even, varied for the others, whatever
+    was sampled: which groups have signal is a function of the prompts alone."""
+    if int(sample.ground_truth) % 2 == 0:
+        return 1.0
+    return float(sample.metadata["sample_index"] % 2)
+
+
+def flat_for_first_prompt(sample: Sample) -> float:
+    """Flat for the first prompt of every rollout round, varied (by sample index) for the others."""
+    if sample.metadata["prompt_index"] == 0:
+        return 1.0
+    return float(sample.metadata["sample_index"] % 2)
