@@ -23,8 +23,17 @@ from pathlib import Path
 
 from bench._common import RESULTS_DIR, ROOT
 
-ORDER = ("warmstart_prefix", "rollout_overlap", "tool_calls", "engines", "grpo_step", "memory", "learning")
-"""run order: short, self-contained measurements first; the long learning run last"""
+ORDER = (
+    "warmstart_prefix",
+    "rollout_overlap",
+    "tool_calls",
+    "engines",
+    "grpo_step",
+    "memory",
+    "learning",
+    "learning_options",
+)
+"""run order: short, self-contained measurements first; the long learning runs last"""
 
 HEADER = """# Benchmarks
 
