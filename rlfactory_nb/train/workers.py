@@ -97,9 +97,10 @@ class PolicyWorker:
         """Join the process group (blocks until every rank joins) and build the model and optimizer."""
         import torch.distributed as dist
 
+        host, port = address
         dist.init_process_group(
             "nccl" if self.device.type == "cuda" else "gloo",
-            init_method="tcp://{}:{}".format(*address),
+            store=weight_sync.open_store(host, port, self.world_size, self.rank),  # on `host` only
             rank=self.rank,
             world_size=self.world_size,
             timeout=timedelta(minutes=5),
