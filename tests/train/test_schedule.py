@@ -141,3 +141,24 @@ async def test_ray_policy_workers_follow_the_schedule(make_cfg, strategy):
     finally:
         await trainer.close()
         ray.shutdown()
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_policy_worker_follows_the_schedule_without_ray(make_cfg, strategy):
+    """The class Ray runs as each rank, here as a one-rank gloo group in this process."""
+    from rlfactory_nb.train.weight_sync import free_port
+    from rlfactory_nb.train.workers import PolicyWorker
+
+    cfg = make_cfg(
+        grpo__steps=3, grpo__lr_schedule="cosine", grpo__warmup_steps=1, cluster__strategy=strategy
+    )
+    model = tiny_random_qwen3()
+    worker = PolicyWorker(0, 1, cfg)
+    worker.setup(("127.0.0.1", free_port("127.0.0.1")), model.config, model.state_dict(), None, None)
+    try:
+        schedule = LRSchedule.from_config(cfg.grpo)
+        for step in (1, 2, 3):
+            assert worker.update(hand_batch(), step)["train/lr"] == pytest.approx(schedule.rate(step))
+        assert worker.optimizer_state()["param_groups"][0]["lr"] == pytest.approx(schedule.rate(3))
+    finally:
+        worker.close()
