@@ -14,8 +14,9 @@ what the reward function compares against. Sources:
   file (string columns: `prompt` and `ground_truth`), or a folder written by `Dataset.save_to_disk`;
 - from Python, a list of row dicts or a `datasets.Dataset` (`launch(..., train_data=rows)`).
 
-`PromptOrder` decides which rows step k trains on from (seed, k) alone: no sampler state needs saving,
-so a resumed run draws exactly the prompts the interrupted one would have.
+`PromptOrder` decides which rows step k trains on from (seed, k) alone, and which rows dynamic
+sampling's extra round r draws from (seed, k, r): no sampler state needs saving, so a resumed run
+draws exactly the prompts the interrupted one would have.
 """
 
 from __future__ import annotations
