@@ -151,6 +151,7 @@ DYNAMIC_IMPORTS = {
     ("tools/python.py", "import_module"),  # functions: entries of the tools config
     ("algo/registry.py", "import_module"),  # grpo.loss given as module:function in the run config
     ("cli.py", "import_module"),  # a subcommand's own module, named in cli.py itself
+    ("cluster/shipping.py", "import_module"),  # the package launch staged the config's files into
 }
 PROCESS_STARTERS = {
     "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
@@ -161,7 +162,10 @@ PROCESS_STARTERS = {
 }
 # Every place the package starts a process itself; stdio MCP servers are started by the mcp SDK from a
 # ServerConfig (checked at run time by test_only_commands_from_the_config_are_started).
-STARTS_PROCESSES = {("tools/servers/python_sandbox.py", "asyncio.create_subprocess_exec")}
+STARTS_PROCESSES = {
+    ("tools/servers/python_sandbox.py", "asyncio.create_subprocess_exec"),
+    ("cluster/shipping.py", "subprocess.run"),  # sys.executable -c <fixed code>: a fresh sys.path, no input
+}
 
 
 def package_calls():
