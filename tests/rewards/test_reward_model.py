@@ -65,7 +65,7 @@ def test_scores_are_the_classifier_logit_of_the_templated_conversation(rm_dir):
     scores = rm.score(batch)
     assert rm.forwards == 3  # 5 samples in batches of 2
     assert scores == pytest.approx([by_hand(rm_dir, sample) for sample in batch], abs=1e-4)
-    assert len(set(round(s, 5) for s in scores)) > 1  # the conversations differ, so do the scores
+    assert len({round(s, 5) for s in scores}) > 1  # the conversations differ, so do the scores
 
 
 async def test_concurrent_calls_are_batched_and_match_one_by_one(rm_dir):
