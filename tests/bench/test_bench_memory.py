@@ -101,8 +101,9 @@ def test_quick_run_measures_every_variant(tmp_path, monkeypatch):
         assert entry["status"] == "ok", (name, entry["status"])
         assert entry["median_step_s"] > 0 and entry["peak_rss_mib"] > entry["ready_rss_mib"] * 0.9
     states = {name: entry["state"] for name, entry in data["variants"].items()}
-    assert states["lora"]["trained_params"] < states["token_budget"]["trained_params"] / 10
-    assert data["goals"]["lora_state_vs_full"] < 0.2
+    # --quick's tiny model has a small embedding, so adapters are a third of it, not the 0.5% of FULL
+    assert states["lora"]["trained_params"] < states["token_budget"]["trained_params"] / 2
+    assert data["goals"]["lora_state_vs_full"] < 0.5
     assert (tmp_path / "memory.md").read_text().startswith("## Memory of one policy update")
 
 
