@@ -273,7 +273,11 @@ def markdown(
 
 def train_once(args: argparse.Namespace, dtype: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One training run in compute dtype `dtype`: its CSV rows and its summary."""
+    from rlfactory_nb import presets
+
     cfg = run_config(args.steps, args.eval_every, args.out, dtype)
+    if cfg.model.name in presets.PRESETS:
+        presets.preset_path(cfg.model.name)  # a first-use build (minutes) is not part of the run's time
     if cfg.run_dir.exists():
         print(f"replacing the previous bench run in {cfg.run_dir}")
         shutil.rmtree(cfg.run_dir)
