@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2, help="dynamic_sampling.max_rounds")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-learning-options"))
+    parser.add_argument(
+        "--summarize", action="store_true", help="rewrite the results from the run folders under --out"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.steps = args.eval_every = min(args.steps, 3)
@@ -74,23 +76,24 @@ def arm_config(name: str, overrides: dict[str, Any], args: argparse.Namespace) -
 
 def run_arm(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     cfg = arm_config(name, overrides, args)
-    if cfg.run_dir.exists():
-        shutil.rmtree(cfg.run_dir)
-    started = time.time()
-    rf.train_sync(cfg)
-    return summarize(name, rf.read_metrics(cfg.run_dir), time.time() - started)
+    if not args.summarize:
+        if cfg.run_dir.exists():
+            shutil.rmtree(cfg.run_dir)
+        rf.train_sync(cfg)
+    return summarize(name, rf.read_metrics(cfg.run_dir))
 
 
-def summarize(name: str, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """One arm's figures from its metrics rows.
+def summarize(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm's figures from its metrics rows; wall time runs from the first row (the evaluation
+    before training) to the last, so a one-off preset build or model load is not counted.
 
-    >>> rows = [{"step": 0, "eval/sampled_reward/mean": 0.2, "eval/greedy_reward/mean": 0.0},
-    ...         {"step": 1, "rollout/truncated": 4, "rollout/trajectories": 128, "groups/trained": 9,
-    ...          "sampling/rounds": 1, "sampling/prompts_drawn": 16, "eval/sampled_reward/mean": 0.5,
-    ...          "eval/greedy_reward/mean": 0.25}]
-    >>> figures = summarize("baseline", rows, 60.0)
-    >>> figures["sampled"], figures["truncated_share"], figures["groups_trained_mean"]
-    ([0.2, 0.5], 0.03125, 9.0)
+    >>> rows = [{"step": 0, "time": 10.0, "eval/sampled_reward/mean": 0.2, "eval/greedy_reward/mean": 0.0},
+    ...         {"step": 1, "time": 70.0, "rollout/truncated": 4, "rollout/trajectories": 128,
+    ...          "groups/trained": 9, "sampling/rounds": 1, "sampling/prompts_drawn": 16,
+    ...          "eval/sampled_reward/mean": 0.5, "eval/greedy_reward/mean": 0.25}]
+    >>> figures = summarize("baseline", rows)
+    >>> figures["sampled"], figures["truncated_share"], figures["groups_trained_mean"], figures["wall_s"]
+    ([0.2, 0.5], 0.03125, 9.0, 60.0)
     """
     steps = [row for row in rows if row["step"] > 0 and "rollout/trajectories" in row]
     evals = [row for row in rows if "eval/sampled_reward/mean" in row]
@@ -108,7 +111,7 @@ def summarize(name: str, rows: list[dict[str, Any]], wall_s: float) -> dict[str,
         "groups_trained_mean": mean("groups/trained"),
         "rounds_mean": mean("sampling/rounds"),
         "prompts_drawn_mean": mean("sampling/prompts_drawn"),
-        "wall_s": round(wall_s, 1),
+        "wall_s": round(rows[-1]["time"] - rows[0]["time"], 1),
     }
 
 
@@ -139,6 +142,34 @@ def table(results: list[dict[str, Any]]) -> str:
     return markdown_table(header, rows)
 
 
+NOISE = 0.1
+"""held-out reward differences below this are within two standard errors of sampling noise (64 prompts)"""
+
+
+def verdict(results: list[dict[str, Any]]) -> str:
+    """Whether each option moved the last held-out reward away from the baseline's by more than NOISE.
+
+    >>> arm = {"arm": "baseline", "sampled": [0.2, 0.60], "greedy": [0.0, 0.75]}
+    >>> print(verdict([arm, {**arm, "arm": "mask_truncated", "sampled": [0.2, 0.65]}]))
+    - mask_truncated: held-out reward 0.650 sampled / 0.750 greedy against the baseline's 0.600 / 0.750: \
+no change beyond sampling noise (+-0.1).
+    """
+    baseline, *others = results
+    lines = []
+    for arm in others:
+        moved = max(abs(arm[k][-1] - baseline[k][-1]) for k in ("sampled", "greedy")) >= NOISE
+        lines.append(
+            f"- {arm['arm']}: held-out reward {arm['sampled'][-1]:.3f} sampled / {arm['greedy'][-1]:.3f} greedy "
+            f"against the baseline's {baseline['sampled'][-1]:.3f} / {baseline['greedy'][-1]:.3f}: "
+            + (
+                "a change larger than sampling noise."
+                if moved
+                else f"no change beyond sampling noise (+-{NOISE:g})."
+            )
+        )
+    return "\n".join(lines)
+
+
 def markdown(results: list[dict[str, Any]], args: argparse.Namespace, argv: list[str], machine: str) -> str:
     bullets = [
         (
@@ -150,6 +181,13 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace, argv: list
             "- One run per arm, sampled: with 64 held-out prompts a held-out reward carries about +-0.06 of "
             "sampling noise (one standard error), so differences smaller than about 0.1 are not evidence "
             "that an option changes learning."
+        ),
+        verdict(results),
+        (
+            "- What each option acts on, per step: the truncated column is the share of trajectories cut "
+            "off by a limit (what mask_truncated leaves out of the loss); dynamic sampling trains more "
+            "groups per step for more rollouts (rounds and prompts per step). Wall time runs from the "
+            "evaluation before training to the last row."
         ),
     ]
     title = "Training options side by side: mask_truncated and dynamic_sampling (tiny-calculator)"
@@ -165,6 +203,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"=== {name} ===", flush=True)
         results.append(run_arm(name, overrides, args))
         print(table(results), flush=True)
+    if args.summarize:  # the section shows the command that trained, and says when the machine was read
+        argv = [arg for arg in argv if arg != "--summarize"]
+        machine += " (Read when the figures were re-read from the run folders, not while they trained.)"
     write_result(NAME, {"steps": args.steps, "arms": results}, markdown(results, args, argv, machine))
 
 

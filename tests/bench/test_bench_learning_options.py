@@ -18,9 +18,10 @@ def test_arms_differ_from_the_baseline_by_one_option_each():
 
 def test_section_from_three_arms():
     rows = [
-        {"step": 0, "eval/sampled_reward/mean": 0.2, "eval/greedy_reward/mean": 0.0},
+        {"step": 0, "time": 0.0, "eval/sampled_reward/mean": 0.2, "eval/greedy_reward/mean": 0.0},
         {
             "step": 1,
+            "time": 90.0,
             "rollout/trajectories": 128,
             "rollout/truncated": 32,
             "groups/trained": 10,
@@ -30,7 +31,7 @@ def test_section_from_three_arms():
             "eval/greedy_reward/mean": 0.5,
         },
     ]
-    results = [learning_options.summarize(name, rows, 90.0) for name in ("baseline", "mask_truncated", "ds")]
+    results = [learning_options.summarize(name, rows) for name in ("baseline", "mask_truncated", "ds")]
     args = learning_options.parse_args(["--quick"])
     text = learning_options.markdown(results, args, ["--quick"], "Machine: test.")
     assert text.startswith("## ") and "python bench/learning_options.py --quick" in text
