@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -152,6 +153,7 @@ class Memory:
 
     def reset(self) -> None:
         """Start a mode's peak afresh (CUDA only: a process's RSS high-water mark cannot be reset)."""
+        gc.collect()  # the previous mode's model and optimizer, should a reference cycle hold them
         if self.cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
