@@ -14,7 +14,9 @@ into one that says where the token goes.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,7 +98,7 @@ class Cluster:
                     log_to_driver=False,  # job output goes to runs/<name>/job.log, not into cells
                 )
             else:
-                context = ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+                context = join(address, namespace=NAMESPACE, log_to_driver=False)
         except Exception as error:
             raise _explain(error, address) from error
         url = getattr(context, "dashboard_url", None) or None
@@ -162,12 +164,31 @@ def start_local(**options: Any) -> Any:
     (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read once when Ray is imported): hence the flag is off
     while the node starts. The dashboard, if any, is on 127.0.0.1 too (`dashboard_host`)."""
     import ray
+
+    with _single_node():
+        return ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+
+
+def join(address: str, **options: Any) -> Any:
+    """`ray.init` joining the cluster at `address`. A loopback address is a cluster `start_local`
+    started (from another process: a kernel, a test): joining it needs the same single-node flag,
+    else Ray looks for its node at the machine's IP and waits forever."""
+    import ray
+
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    joining_loopback = host in ("127.0.0.1", "localhost", "::1")
+    with _single_node() if joining_loopback else contextlib.nullcontext():
+        return ray.init(address=address, **options)
+
+
+@contextlib.contextmanager
+def _single_node() -> Iterator[None]:
     from ray._private import ray_constants
 
     multi_node = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        return ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+        yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = multi_node
 

@@ -49,12 +49,12 @@ def init_ray(cluster: Any) -> Any:
     on 127.0.0.1 only and never joining a stale cluster found through /tmp/ray files."""
     import ray
 
-    from rlfactory_nb.cluster.ray_cluster import start_local
+    from rlfactory_nb.cluster.ray_cluster import join, start_local
 
     if ray.is_initialized():
         return ray
     if cluster.address is not None:
-        ray.init(address=cluster.address)
+        join(cluster.address)
         return ray
     needed = (cluster.num_workers + cluster.num_engines) * cluster.cpus_per_worker
     # Ray gives its raylet 30 s to register; a busy 2-core machine (CI, a notebook running a job) can
