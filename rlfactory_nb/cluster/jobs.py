@@ -62,7 +62,7 @@ def launch(
     """
     import ray
 
-    from rlfactory_nb.cluster.shipping import runtime_env
+    from rlfactory_nb.cluster.shipping import runtime_env, upload
     from rlfactory_nb.train.objects import RunObjects
 
     objects = RunObjects.of(reward, tools, train_data, eval_data)
@@ -72,7 +72,7 @@ def launch(
     cfg = _absolute(cfg)
     env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     folder = RunFolder(cfg.run_dir)
-    _retire_previous(cfg.name)
+    _retire_previous(cfg.name, folder)
     _prepare_folder(folder, resume, replace)
     if payload is not None:
         objects.save(folder.path, payload)
@@ -84,7 +84,7 @@ def launch(
         ray.remote(TrainingDriver)
         .options(
             name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0,
-            runtime_env=env,
+            runtime_env=upload(env),
         )
         .remote(driver_cfg.to_dict(), resume, max(1, int(cpus)), linger_s, payload, staged)
     )
@@ -120,8 +120,10 @@ def _absolute(cfg: RunConfig) -> RunConfig:
     return cfg.replace(overrides)
 
 
-def _retire_previous(name: str) -> None:
-    """A finished driver of the same name lingers; a running one is an error."""
+def _retire_previous(name: str, folder: RunFolder) -> None:
+    """A finished driver of the same name lingers; a running one is an error. A driver that does not
+    answer is still starting (its runtime_env is being set up) when its run folder says it has not
+    ended; otherwise it is a leftover, retired."""
     import ray
 
     try:
@@ -131,7 +133,7 @@ def _retire_previous(name: str) -> None:
     try:
         state = ray.get(previous.status.remote(), timeout=ACTOR_TIMEOUT_S).get("state")
     except Exception:  # noqa: BLE001  (an unresponsive leftover is retired below)
-        state = "unknown"
+        state = folder.status().get("state", "unknown")
     if state not in TERMINAL_STATES and state != "unknown":
         raise JobExistsError(
             f"a job named {name!r} is {state} on this cluster: TrainingJob.attach({name!r}, cluster) to watch it, "

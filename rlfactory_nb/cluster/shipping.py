@@ -187,3 +187,19 @@ def _files(root: Path, excludes: list[str]) -> list[Path]:
         subdirs[:] = [d for d in subdirs if d not in names and Path(directory, d) not in anchored]
         found += [Path(directory, f) for f in files if not f.endswith(suffixes)]
     return found
+
+
+def upload(env: dict[str, Any]) -> dict[str, Any]:
+    """`env` with its local working_dir and py_modules uploaded to the cluster and replaced by their
+    gcs:// URIs. Ray uploads local folders itself only for a job's own `ray.init(runtime_env=...)`;
+    an actor's runtime_env must name URIs, so this does the same upload for the driver actor (with
+    Ray's own functions, honouring .gitignore and the excludes)."""
+    if not env:
+        return env
+    import ray
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    scratch = ray._private.worker.global_worker.node.get_runtime_env_dir_path()
+    env = upload_py_modules_if_needed(dict(env), include_gitignore=True, scratch_dir=scratch)
+    return upload_working_dir_if_needed(env, include_gitignore=True, scratch_dir=scratch)
