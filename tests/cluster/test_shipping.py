@@ -112,6 +112,7 @@ def test_what_cannot_travel_fails_before_anything_starts(tmp_path, monkeypatch):
 def test_a_job_finds_its_files_after_the_launch_folder_is_gone(tmp_path, monkeypatch, tiny_policy):
     folder = project(tmp_path / "launcher")
     monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))  # a kernel has its working directory on sys.path
     cluster = rf.Cluster.connect(dashboard=False)
     try:
         job = launch(config(tmp_path / "runs", "shipped"), cluster, linger_s=30)
