@@ -98,6 +98,8 @@ class RunObjects:
         cannot travel."""
         from ray import cloudpickle
 
+        for _, function in self.functions():  # the source travels with it: another kernel cannot find it
+            _keep_source(function)
         with _by_value(_user_modules(function for _, function in self.functions())):
             parts = [*self.functions(), ("train_data", self.train_data), ("eval_data", self.eval_data)]
             for label, value in parts:
@@ -209,12 +211,26 @@ def _by_value(modules: list[ModuleType]) -> Iterator[None]:
             cloudpickle.unregister_pickle_by_value(module)
 
 
+SOURCE_ATTRIBUTE = "__rlfactory_source__"
+
+
+def _keep_source(function: Callable[..., Any]) -> None:
+    """Record a function's source on it while the defining cell or file is still readable: once
+    unpickled in another kernel, `inspect.getsource` finds no cell (or the wrong lines of a file)."""
+    if getattr(function, SOURCE_ATTRIBUTE, None) is not None or not hasattr(function, "__dict__"):
+        return
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return
+    if "lambda" in source or f"def {getattr(function, '__name__', '')}" in source:
+        setattr(function, SOURCE_ATTRIBUTE, source)
+
+
 def source_listing(labelled: list[tuple[str, Callable[..., Any]]]) -> str:
     parts = ["# What this run trained with, for reading; resume loads objects.pkl next to this file.\n"]
     for label, function in labelled:
-        try:
-            source = inspect.getsource(function)
-        except (OSError, TypeError):
-            source = f"# (no source available: {function!r})\n"
+        _keep_source(function)
+        source = getattr(function, SOURCE_ATTRIBUTE, None) or f"# (no source available: {function!r})\n"
         parts.append(f"\n# {label}, from {getattr(function, '__module__', '?')}\n{source}")
     return "".join(parts)
