@@ -37,6 +37,8 @@ def test_lab_reward_and_cell_tool_train_then_a_new_kernel_resumes_and_evaluates(
     assert "def shaped" in (code / "reward.py").read_text()  # the cell of notebook 02
     assert "def digit_count" in (code / "tools.py").read_text()  # the cell of notebook 03
     notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook.metadata["language_info"] = {"name": "python"}
     notebook.cells = [nbformat.v4.new_code_cell("output_dir = ''", metadata={"tags": ["parameters"]}),
                       nbformat.v4.new_code_cell("import json\n" + NEW_KERNEL)]
     source = tmp_path / "new_kernel.ipynb"
