@@ -199,7 +199,7 @@ def token_budget_slices(lengths: Tensor, budget: int) -> list[Tensor]:
     `budget` padded tokens; a row alone over the budget gets a slice of its own (rows are never split).
 
     >>> [s.tolist() for s in token_budget_slices(torch.tensor([3, 9, 4, 8]), 16)]
-    [[1], [3], [2, 0]]
+    [[1], [3, 2], [0]]
     """
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
     slices: list[list[int]] = []
