@@ -106,6 +106,8 @@ class Turn:
     finish_reason: str = "stop"
     generate_s: float = 0.0
     tools_s: float = 0.0
+    policy_version: int | None = None
+    """the weights version that sampled this turn (the engine's Generation.policy_version)"""
 
 
 @dataclass

@@ -69,6 +69,9 @@ class Generation:
     """log p(token) under the unmodified (temperature-1) model distribution, one per token"""
     finish_reason: EngineFinishReason
     """"stop": a stop token was sampled; "length": max_new_tokens was reached"""
+    policy_version: int | None = None
+    """the weights version (trainer steps applied) when the request was sent: every token was sampled
+    by it or a newer one; None from an engine nobody versions (see `rlfactory_nb.engines.versioned`)"""
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):

@@ -138,6 +138,7 @@ class Agent:
             parse_errors=parsed.errors,
             finish_reason=generation.finish_reason,
             generate_s=time.perf_counter() - started,
+            policy_version=generation.policy_version,
         )
         traj.turns.append(turn)
         message: Message = {"role": "assistant", "content": _content_without_calls(text, parsed.calls)}
