@@ -6,6 +6,7 @@
     rlfactory-nb export CHECKPOINT OUT       a checkpoint (LoRA merged) as a plain Hugging Face folder
     rlfactory-nb tools list|call CONFIG ...  check a tools config from a shell
     rlfactory-nb config CONFIG [key=value]   validate a run config and print it resolved
+    rlfactory-nb preset build NAME [--ship]  build an embedded preset; --ship updates the packaged copy
 
 Every command's parser is built here from nothing heavier than argparse and the config module. The
 code that runs a command is named as "module:function" and imported only when that command runs, so
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_export_parser,
         add_tools_parser,
         add_config_parser,
+        add_preset_parser,
     ):
         add_command(commands)
     return parser
@@ -174,6 +176,30 @@ def add_config_parser(commands: Any) -> argparse.ArgumentParser:
     config.add_argument("overrides", nargs="*", help="dotted overrides, e.g. grpo.lr=1e-6")
     config.set_defaults(handler=_print_config)
     return config
+
+
+def add_preset_parser(commands: Any) -> argparse.ArgumentParser:
+    preset = _add_command(
+        commands,
+        "preset",
+        "build an embedded preset, or rebuild its shipped copy",
+        "rlfactory-nb preset build tiny-calculator --ship",
+    )
+    actions = preset.add_subparsers(dest="preset_command", required=True, metavar="ACTION")
+    build = _add_command(
+        actions,
+        "build",
+        "build a preset into the cache for the current recipe (a cached build is reused)",
+        "rlfactory-nb preset build tiny-calculator --ship",
+    )
+    build.add_argument("name", help="the preset, e.g. tiny-calculator")
+    build.add_argument(
+        "--ship",
+        action="store_true",
+        help="then copy it into the package (rlfactory_nb/presets/built/) with its manifest, to commit",
+    )
+    preset.set_defaults(handler=_deferred("rlfactory_nb.presets:run_preset_command"))
+    return preset
 
 
 def _add_command(commands: Any, name: str, summary: str, example: str) -> argparse.ArgumentParser:

@@ -1,14 +1,18 @@
-"""Embedded presets: models that need no download, built offline and cached.
+"""Embedded presets: models that need no download, shipped built with the package.
 
 `tiny-calculator` is a Qwen3-architecture model of about 1M parameters with a Qwen3-format tokenizer,
-warm-started on synthetic calculator conversations. It is built deterministically on first use
-(about 2-3 minutes on 2 cores) and cached in Hugging Face format under `$RLFACTORY_NB_CACHE`
-(default `~/.cache/rlfactory_nb`), so `AutoModelForCausalLM.from_pretrained(path)` and vLLM load it.
-The cache folder name carries a hash of the recipe: changing the recipe builds a new model.
+warm-started on synthetic calculator conversations, in Hugging Face format, so
+`AutoModelForCausalLM.from_pretrained(path)` and vLLM load it. The build is deterministic and takes
+about 300 s on 2 cores, so the package ships its result (`presets/built/`, see `shipped.py`) and
+`preset_path` returns that folder at once while its recipe hash equals the code's. After a recipe
+change the preset is built on first use and cached under `$RLFACTORY_NB_CACHE` (default
+`~/.cache/rlfactory_nb`) in a folder named after the recipe hash, until
+`rlfactory-nb preset build tiny-calculator --ship` rebuilds the shipped copy.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -22,6 +26,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory_nb.presets import calculator
+from rlfactory_nb.presets.shipped import Manifest, ship, shipped_folder
 from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
 from rlfactory_nb.presets.warmstart import WarmStartConfig, warm_start
 
@@ -68,13 +73,43 @@ def recipe_hash(warm: WarmStartConfig = DEFAULT_WARM_START) -> str:
 
 
 def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
-    """The folder of preset `name`, building it first if it is not cached."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; embedded presets: {', '.join(PRESETS)}")
+    """The folder of preset `name`: the shipped one when it matches the recipe, else the cached build
+    (built first if missing). Treat the folder as read-only: copy it before writing into it."""
+    _check_name(name)
+    current = recipe_hash()
+    manifest = Manifest.read(shipped_folder(name))
+    if manifest is not None and manifest.recipe_hash == current:
+        return shipped_folder(name)
+    if manifest is not None:
+        log(
+            f"the shipped {name} preset is out of date (recipe {manifest.recipe_hash}, code {current}); "
+            f"using a cached build. Rebuild it with `rlfactory-nb preset build {name} --ship`"
+        )
+    return cached_preset(name, log=log)
+
+
+def cached_preset(name: str, log: Callable[[str], None] = print) -> Path:
+    """The cache's build of preset `name` for the current recipe, building it first if missing."""
+    _check_name(name)
     path = cache_dir() / f"{name}-{recipe_hash()}"
     if not (path / "config.json").exists():
         build_tiny_calculator(path, log=log)
     return path
+
+
+def _check_name(name: str) -> None:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; embedded presets: {', '.join(PRESETS)}")
+
+
+def run_preset_command(args: argparse.Namespace) -> int:
+    """`rlfactory-nb preset build NAME [--ship]`: build into the cache, then copy into the package."""
+    path = cached_preset(args.name)
+    if args.ship:
+        path = ship(path, args.name, recipe_hash(), RECIPE_VERSION)
+        print(f"shipped {args.name} (recipe {recipe_hash()}); commit {path}")
+    print(path)
+    return 0
 
 
 def build_tiny_calculator(
@@ -82,7 +117,7 @@ def build_tiny_calculator(
 ) -> Path:
     """Build, warm-start and save the preset; written to a temp folder first so a crash leaves no
     half-built cache entry."""
-    log(f"building tiny-calculator (first use only, about 4 min on 2 cores) into {path}")
+    log(f"building tiny-calculator (once per recipe, about 4-5 min on 2 cores) into {path}")
     tokenizer = build_tokenizer()
     assert tokenizer.eos_token_id == tiny_config().eos_token_id
     torch.manual_seed(warm.seed)
