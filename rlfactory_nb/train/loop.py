@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from tqdm.auto import tqdm
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config_schema import ConfigError
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.policy import Policy, resolve_device
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
@@ -56,12 +58,21 @@ from rlfactory_nb.train.metrics import (
     summary_stats,
 )
 from rlfactory_nb.train.objects import RunObjects
+from rlfactory_nb.train.pipeline import (
+    RolloutPipeline,
+    check_versions,
+    effective_staleness,
+    overlap_metrics,
+    sample_staleness,
+)
 from rlfactory_nb.train.selection import draw_groups, without_truncated
 from rlfactory_nb.train.trainable import TrainingSetup
+from rlfactory_nb.train.versioned_engine import VersionedEngine
 from rlfactory_nb.types import Sample, Trajectory, save_jsonl
 
 StepCallback = Callable[[dict[str, Any]], Any]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class StepFailed(RuntimeError):
@@ -113,6 +124,7 @@ class Trainer:
         eval_rows = objects.eval_data or (load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else [])
         self.eval_rows = eval_rows[: cfg.data.eval_size] if cfg.grpo.eval_every else []
         self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
+        check_engine_kind(cfg.model.engine)
         # The dtypes and LoRA targets are checked here too, before anything starts.
         self.setup = TrainingSetup.from_config(cfg, resolve_device(cfg.model.device))
         optimizer_state = None
@@ -130,10 +142,15 @@ class Trainer:
         self.metrics = MetricsWriter(self.run_dir, wandb_project=cfg.wandb_project, config=cfg.to_dict())
         self.metrics.truncate_after(self.step)
         self.tools = await self._start_tools()
-        self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint))
+        self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint), self.step)
         if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
-            await self.backend.sync_weights()
+            await self.backend.sync_weights(self.step)
+        self.engine = VersionedEngine(self.backend.engine, self.step)
         self.agent = self._agent(cfg.rollout.temperature)
+        self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, _uses_ray(cfg))
+        log.info("%s: %s", cfg.name, mode)
+        self.pipeline = RolloutPipeline(self._draw, self.max_staleness, self.step, cfg.grpo.steps)
+        self._mark = (time.perf_counter(), 0.0)
         return self
 
     def _load(self, name_or_path: str | Path) -> Policy:
@@ -173,17 +190,18 @@ class Trainer:
         return None if tools is None else await tools.start()
 
     def _agent(self, temperature: float) -> Agent:
-        return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.backend.engine, temperature=temperature)
+        return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature)
 
     # ------------------------------------------------------------------ one step
 
     async def step_once(self) -> dict[str, Any]:
-        """Run the next step; returns its metrics row."""
+        """Run the next step; returns its metrics row. Its rollouts may have been generated while
+        earlier steps trained (grpo.max_staleness; `rlfactory_nb.train.pipeline`)."""
         cfg, step, timer, started = self.cfg.grpo, self.step + 1, StepTimer(), time.perf_counter()
-        drawn = await draw_groups(
-            step, self.order, self.train_rows, cfg, self._rollouts(step), self.score, timer
-        )
+        ready = await self.pipeline.take(step)
+        drawn = ready.drawn
         groups, outcomes, keep = drawn.groups, drawn.outcomes, drawn.trained(cfg)
+        check_versions([traj for group in groups for traj in group], step - 1, self.max_staleness, step)
         rewards = drawn.rewards  # (N, G)
         advantages = self.advantages([groups[i] for i in keep], rewards[keep], [outcomes[i] for i in keep])
         trained = [traj for i in keep for traj in groups[i]]
@@ -198,8 +216,10 @@ class Trainer:
                 train_metrics = await self._on_backend(step, "the policy update", update)
         with timer("sync"):
             if trained:
-                await self._on_backend(step, "the weight sync", self.backend.sync_weights())
-        self.step = step
+                await self._on_backend(step, "the weight sync", self.backend.sync_weights(step))
+                self.engine.sent_version = step
+        self.engine.version = self.step = step
+        self.pipeline.publish(step)
         self._save_trajectories(groups, outcomes, step)
         row = {
             "step": step,
@@ -216,11 +236,25 @@ class Trainer:
             "groups/trained": len(keep),
             **summary_stats(_per_trajectory(advantages), "advantages"),
             **train_metrics,
+            **ready.seconds,
             **timer.seconds(),
+            **self._overlap(trained, ready.waited_s, timer),
         }
         row["throughput/sampled_tokens_per_s"] = _sampled(groups) / max(row["time/rollout_s"], 1e-9)
         row["time/step_s"] = time.perf_counter() - started
         return row
+
+    def _draw(self, step: int, timer: StepTimer) -> Awaitable[Any]:
+        """Step `step`'s groups, rolled out and scored (with dynamic sampling's extra rounds)."""
+        return draw_groups(step, self.order, self.train_rows, self.cfg.grpo, self._rollouts(step), self.score, timer)
+
+    def _overlap(self, trained: list[Trajectory], waited_s: float, timer: StepTimer) -> dict[str, float]:
+        """Asynchrony metrics over the wall time since the previous step ended."""
+        now, busy = time.perf_counter(), self.engine.busy_seconds()
+        (then, busy_then), self._mark = self._mark, (now, busy)
+        trainer_s = sum(timer.seconds().get(key, 0.0) for key in ("time/update_s", "time/sync_s"))
+        staleness = sample_staleness(trained, self.step - 1)
+        return overlap_metrics(staleness, self.max_staleness, waited_s, busy - busy_then, trainer_s, now - then)
 
     def _rollouts(self, step: int) -> Callable[[list[dict[str, Any]]], Awaitable[list[list[Trajectory]]]]:
         """Group rollouts of some rows on the backend's engines, for `draw_groups`."""
@@ -307,6 +341,8 @@ class Trainer:
     async def run(self, on_step: StepCallback | None = None, stop_event: Any = None) -> TrainResult:
         cfg = self.cfg.grpo
         row: dict[str, Any] = {}
+        self._mark = (time.perf_counter(), self.engine.busy_seconds())
+        self.pipeline.publish(self.step)  # asynchronous: the first steps' rollouts start now
         if cfg.eval_every and self.step == 0:
             self.metrics.write({"step": 0, **await self.evaluate()})
         bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {self.cfg.name}", unit="step")
@@ -331,6 +367,9 @@ class Trainer:
         return TrainResult(self.run_dir, self.step, row, self.last_checkpoint)
 
     async def close(self) -> None:
+        """Rollouts in flight are discarded (a resumed run generates them again)."""
+        if getattr(self, "pipeline", None) is not None:
+            await self.pipeline.close()
         with contextlib.suppress(Exception):
             self.metrics.close()
         if self.backend is not None:
@@ -340,21 +379,39 @@ class Trainer:
 
 
 def make_backend(
-    cfg: RunConfig, policy: Policy, optimizer_state: dict[str, Any] | None, reference: torch.nn.Module | None
+    cfg: RunConfig,
+    policy: Policy,
+    optimizer_state: dict[str, Any] | None,
+    reference: torch.nn.Module | None,
+    version: int = 0,
 ) -> Any:
-    """The local backend (one process) or Ray workers, as cluster.backend says (see ClusterConfig)."""
+    """The local backend (one process) or Ray workers, as cluster.backend says (see ClusterConfig);
+    its engines start with weights `version` (the step the run starts from)."""
+    if _uses_ray(cfg):
+        from rlfactory_nb.train.workers import RayBackend
+
+        return RayBackend(cfg, policy, optimizer_state, reference, version)
+    from rlfactory_nb.train.local import LocalBackend
+
+    return LocalBackend(cfg, policy, optimizer_state, reference, version)
+
+
+def check_engine_kind(kind: str) -> None:
+    """model.engine names a registered engine (`rlfactory_nb.engines.register_engine`)."""
+    from rlfactory_nb.engines import engine_traits
+
+    try:
+        engine_traits(kind)
+    except ValueError as error:
+        raise ConfigError([f"model.engine: {error}"]) from None
+
+
+def _uses_ray(cfg: RunConfig) -> bool:
     cluster = cfg.cluster.layout()
-    use_ray = cluster.backend == "ray" or (
+    return cluster.backend == "ray" or (
         cluster.backend == "auto"
         and (cluster.num_workers > 1 or cluster.num_engines > 1 or cluster.address is not None)
     )
-    if use_ray:
-        from rlfactory_nb.train.workers import RayBackend
-
-        return RayBackend(cfg, policy, optimizer_state, reference)
-    from rlfactory_nb.train.local import LocalBackend
-
-    return LocalBackend(cfg, policy, optimizer_state, reference)
 
 
 async def train(

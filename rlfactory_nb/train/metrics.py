@@ -18,7 +18,12 @@ prefix; every row has at least `STEP_KEYS`:
     advantages/...                          mean, std, abs_mean over trained trajectories
     train/...                               loss, clip fractions, ratio, kl, entropy, grad_norm, lr,
                                             optimizer_steps (absent when no group had signal)
-    time/...                                rollout_s, reward_s, update_s, sync_s, step_s
+    time/...                                rollout_s, reward_s, update_s, sync_s, step_s,
+                                            wait_rollouts_s (the trainer waiting for rollouts)
+    async/...                               max_staleness (the bound in force; 0: synchronous),
+                                            staleness_mean/_max (versions behind, trained samples),
+                                            engine_busy_share, trainer_busy_share (of the step's
+                                            wall time; see rlfactory_nb.train.pipeline)
     throughput/...                          sampled tokens per second of rollout and of the step
     eval/...                                sampled and greedy held-out reward (eval steps only)
 
@@ -63,6 +68,12 @@ STEP_KEYS = (
     "time/update_s",
     "time/sync_s",
     "time/step_s",
+    "time/wait_rollouts_s",
+    "async/max_staleness",
+    "async/staleness_mean",
+    "async/staleness_max",
+    "async/engine_busy_share",
+    "async/trainer_busy_share",
 )
 
 

@@ -167,6 +167,7 @@ class RayBackend:
         policy: Any,
         optimizer_state: dict[str, Any] | None = None,
         reference: torch.nn.Module | None = None,
+        version: int = 0,
     ):
         cluster = self.cluster = cfg.cluster.layout()
         ray = init_ray(cluster)
@@ -200,7 +201,7 @@ class RayBackend:
         engines = [
             ray.remote(EngineActor)
             .options(**placement(index))
-            .remote(cfg.model.engine, files, engine_weights, cfg.grpo.seed + index, threads)
+            .remote(cfg.model.engine, files, engine_weights, cfg.grpo.seed + index, threads, version)
             for index in range(cluster.num_engines)
         ]
         self.engine = RayEngine(engines, stop_token_ids_from_tokenizer(policy.tokenizer))
@@ -216,16 +217,18 @@ class RayBackend:
         per_rank = await asyncio.gather(*(worker.update.remote(shared, step) for worker in self.workers))
         return merge_rank_metrics(per_rank)
 
-    async def sync_weights(self) -> None:
+    async def sync_weights(self, version: int | None = None) -> None:
+        """Push the trainer's weights to every engine, as weights `version` (None: the next). Requests
+        in flight are not drained: each engine takes the weights between two of its batches."""
         if self.cluster.colocate:
             await self.engine.wake_up()
         if self.broadcast:
-            await self._broadcast_weights()
+            await self._broadcast_weights(version)
             return
         states = [worker.engine_state.remote() for worker in self._gatherers()]
-        await asyncio.gather(self.engine.update_weights(states[0]), *states[1:])
+        await asyncio.gather(self.engine.update_weights(states[0], version), *states[1:])
 
-    async def _broadcast_weights(self) -> None:
+    async def _broadcast_weights(self, version: int | None) -> None:
         if self._specs is None:  # once: the group, and the tensor list every receiver allocates from
             self._specs = weight_sync.specs_of(await self._rank0("engine_state"))
             host, port = await self.workers[0].rendezvous.remote()
@@ -236,7 +239,7 @@ class RayBackend:
             )
         await asyncio.gather(
             *(worker.send_weights.remote() for worker in self._gatherers()),
-            *(actor.receive_weights.remote(self._specs) for actor in self.engine.actors),
+            *(actor.receive_weights.remote(self._specs, version) for actor in self.engine.actors),
         )
 
     async def worker_states(self) -> list[dict[str, torch.Tensor]]:
