@@ -70,7 +70,7 @@ def add_demo_parser(commands: Any) -> argparse.ArgumentParser:
     demo = _add_command(
         commands,
         "demo",
-        "build the tiny model and run the main job on it",
+        "run the main job on the embedded tiny model",
         "rlfactory-nb demo --out runs/demo",
     )
     demo.add_argument("--out", default=None, help="output folder (default runs/<timestamp>)")

@@ -37,7 +37,13 @@ from typing import Any
 from rlfactory_nb.config import RunConfig
 
 SHIP_LIMIT_MB = 100
-EXCLUDES = [".git", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "*.safetensors", "*.bin", "*.pt"]
+EXCLUDES = [
+    ".git", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "*.safetensors", "*.bin", "*.pt",
+    # ...except the presets rlfactory_nb ships built (5 MB): a job launched from a checkout of this
+    # repository imports rlfactory_nb from its working_dir copy (first on PYTHONPATH), and would
+    # otherwise find the preset without its weights
+    "!/rlfactory_nb/presets/built/*/*",
+]
 STAGED_PREFIX = "rlfactory_nb_files_"
 
 

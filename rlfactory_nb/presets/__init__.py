@@ -26,7 +26,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory_nb.presets import calculator
-from rlfactory_nb.presets.shipped import Manifest, ship, shipped_folder
+from rlfactory_nb.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
 from rlfactory_nb.presets.warmstart import WarmStartConfig, warm_start
 
@@ -76,15 +76,14 @@ def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
     """The folder of preset `name`: the shipped one when it matches the recipe, else the cached build
     (built first if missing). Treat the folder as read-only: copy it before writing into it."""
     _check_name(name)
-    current = recipe_hash()
-    manifest = Manifest.read(shipped_folder(name))
-    if manifest is not None and manifest.recipe_hash == current:
-        return shipped_folder(name)
-    if manifest is not None:
-        log(
-            f"the shipped {name} preset is out of date (recipe {manifest.recipe_hash}, code {current}); "
-            f"using a cached build. Rebuild it with `rlfactory-nb preset build {name} --ship`"
-        )
+    folder = shipped_folder(name)
+    problem = unusable_because(folder, recipe_hash())
+    if problem is None:
+        return folder
+    log(
+        f"the shipped {name} preset {problem}; using the cache instead. "
+        f"`rlfactory-nb preset build {name} --ship` rebuilds the shipped copy"
+    )
     return cached_preset(name, log=log)
 
 

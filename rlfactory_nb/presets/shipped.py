@@ -49,6 +49,20 @@ def shipped_folder(name: str) -> Path:
     return BUILT / name
 
 
+def unusable_because(folder: Path, recipe_hash: str) -> str | None:
+    """Why `folder` cannot serve as the build of `recipe_hash`, or None when it can. Checks that the
+    files exist, not their digests: hashing 5 MB on every load buys nothing a test does not."""
+    manifest = Manifest.read(folder)
+    if manifest is None:
+        return "is not in the package"
+    if manifest.recipe_hash != recipe_hash:
+        return f"is out of date (built from recipe {manifest.recipe_hash}, the code's is {recipe_hash})"
+    missing = [name for name in manifest.files if not (folder / name).is_file()]
+    if missing:
+        return f"lacks {', '.join(missing)} (a partial copy)"
+    return None
+
+
 def file_digests(folder: Path) -> dict[str, str]:
     """SHA-256 of every file in `folder` except the manifest, by name."""
     digests = {}

@@ -75,6 +75,30 @@ def test_stale_shipped_preset_falls_back_to_a_cached_build_with_one_line(tmp_pat
     assert presets.preset_path(NAME, log=logged.append) == path and len(built) == 1  # cached now
 
 
+def test_a_copy_without_its_weights_falls_back_to_the_cache(tmp_path, monkeypatch):
+    partial = tmp_path / "built" / NAME
+    partial.mkdir(parents=True)
+    for file in shipped_folder(NAME).iterdir():
+        if file.name != "model.safetensors":
+            (partial / file.name).write_bytes(file.read_bytes())
+    monkeypatch.setattr(shipped, "BUILT", tmp_path / "built")
+    monkeypatch.setattr(presets, "cached_preset", lambda name, log: tmp_path / "cache")
+    logged = []
+    assert presets.preset_path(NAME, log=logged.append) == tmp_path / "cache"
+    assert len(logged) == 1 and "lacks model.safetensors" in logged[0]
+
+
+def test_a_job_launched_from_this_repository_ships_the_preset_weights():
+    """Ray puts a job's working_dir copy first on PYTHONPATH, so the driver loads this copy's preset."""
+    from ray._private.thirdparty.pathspec import PathSpec  # the matcher Ray applies to `excludes`
+
+    from rlfactory_nb.cluster.shipping import EXCLUDES
+
+    excluded = PathSpec.from_lines("gitwildmatch", EXCLUDES).match_file
+    assert not excluded(f"rlfactory_nb/presets/built/{NAME}/model.safetensors")
+    assert excluded("checkpoints/step_000001/model.safetensors")
+
+
 def test_preset_build_ship_copies_the_build_with_its_manifest(tmp_path, monkeypatch, capsys):
     build = tmp_path / "cache" / f"{NAME}-0123456789ab"
     build.mkdir(parents=True)
