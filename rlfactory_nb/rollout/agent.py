@@ -78,6 +78,9 @@ class Agent:
         self.enable_thinking = enable_thinking
         self.drift = drift
         self.drift_count = 0
+        """rollouts whose ids differ from a full render in a way the template does not explain"""
+        self.expected_drift_count = 0
+        """rollouts that differ only by the empty think blocks Qwen3's template drops (by design)"""
 
     @classmethod
     def from_config(
@@ -163,13 +166,16 @@ class Agent:
         return [{"role": "tool", "content": answer} for answer in answers]
 
     def _check_drift(self, traj: Trajectory, tools: list[dict] | None) -> None:
+        """Record the drift check in `traj.metadata` (`drift_position`, `dropped_think_blocks`) and
+        count it. Qwen3's expected non-thinking drift is counted in `expected_drift_count` and shown by
+        the trajectory view; other drift raises (strict) or warns once per agent (warn)."""
         if self.drift == "off":
             return
         found = drift_check(self.tokenizer, traj.prompt_ids + traj.response_ids, traj.messages, tools, self.enable_thinking)
         traj.metadata["drift_position"] = found.position
+        traj.metadata["dropped_think_blocks"] = found.dropped_think_blocks
         if found.ok:
             return
-        self.drift_count += 1
         message = (
             f"trajectory {traj.id}: rollout ids differ from a full chat-template render at position "
             f"{found.position}: rollout {found.rollout_context!r} vs render {found.render_context!r} "
@@ -177,6 +183,10 @@ class Agent:
         )
         if self.drift == "strict":
             raise DriftError(message)
+        if found.expected:
+            self.expected_drift_count += 1
+            return
+        self.drift_count += 1
         if self.drift_count == 1:
             log.warning("%s; further drift is counted in agent.drift_count", message)
 

@@ -70,10 +70,18 @@ class Drift:
     """index into prompt_ids + response_ids of the first difference (-1: none)"""
     rollout_context: str
     render_context: str
+    dropped_think_blocks: int = 0
+    """empty think blocks of earlier assistant turns that the render drops and the rollout keeps"""
 
     @property
     def ok(self) -> bool:
         return self.position < 0
+
+    @property
+    def expected(self) -> bool:
+        """The ids differ only where the template drops earlier turns' empty think blocks: Qwen3's
+        non-thinking mode by design (docs/decisions.md), not a bug to warn about."""
+        return not self.ok and self.dropped_think_blocks > 0
 
 
 def drift_check(
@@ -87,14 +95,15 @@ def drift_check(
     """Compare rollout ids with a full render of `messages` (what a re-tokenizing trainer would see).
 
     With Qwen3's template a multi-turn rollout always differs: the full render drops the empty think
-    block of earlier assistant turns. The report shows where, so a user can judge the difference.
+    block of earlier assistant turns. The report shows where, and `expected` says whether that is
+    the whole difference, so a user can judge it.
     """
     rendered = tokenizer.encode(
         render(tokenizer, messages, tools, enable_thinking=enable_thinking), add_special_tokens=False
     )
     ids = list(ids)
-    if len(rendered) > len(ids) and not tokenizer.decode(rendered[len(ids) :]).strip():
-        rendered = rendered[: len(ids)]  # the template's newline after the final <|im_end|>
+    if ids and rendered[-1:] != ids[-1:] and not tokenizer.decode(rendered[-1:]).strip():
+        rendered = rendered[:-1]  # the template's newline after the final <|im_end|>
     limit = min(len(ids), len(rendered))
     position = next((i for i in range(limit) if ids[i] != rendered[i]), -1)
     if position < 0 and len(ids) != len(rendered):
@@ -102,11 +111,43 @@ def drift_check(
     if position < 0:
         return Drift(-1, "", "")
     start = max(0, position - context)
+    block = [] if enable_thinking else empty_think_ids(tokenizer)
     return Drift(
         position,
         tokenizer.decode(ids[start : position + context]),
         tokenizer.decode(rendered[start : position + context]),
+        dropped_think_blocks=_skipped_blocks(ids, rendered, block),
     )
+
+
+def empty_think_ids(tokenizer: Any) -> list[int]:
+    """The ids of the empty think block that non-thinking mode adds to every generation prompt
+    (`<think>\\n\\n</think>\\n\\n` for Qwen3), read off the template; [] for a template without one."""
+    thinking = render(tokenizer, _BASE[:1], add_generation_prompt=True, enable_thinking=True)
+    plain = render(tokenizer, _BASE[:1], add_generation_prompt=True, enable_thinking=False)
+    if plain == thinking or not plain.startswith(thinking):
+        return []
+    return tokenizer.encode(plain[len(thinking) :], add_special_tokens=False)
+
+
+def _skipped_blocks(ids: list[int], rendered: list[int], block: list[int]) -> int:
+    """How many copies of `block` must be skipped in `ids` to make them equal `rendered`; 0 when
+    skipping blocks does not make them equal (a difference the template does not explain).
+
+    >>> _skipped_blocks([1, 7, 8, 2, 7, 8, 3], [1, 2, 7, 8, 3], [7, 8])
+    1
+    >>> _skipped_blocks([1, 7, 8, 2], [1, 5], [7, 8])
+    0
+    """
+    i = j = skipped = 0
+    while i < len(ids):
+        if j < len(rendered) and ids[i] == rendered[j]:
+            i, j = i + 1, j + 1
+        elif block and ids[i : i + len(block)] == block:
+            i, skipped = i + len(block), skipped + 1
+        else:
+            return 0
+    return skipped if j == len(rendered) else 0
 
 
 DriftMode = Literal["strict", "warn", "off"]

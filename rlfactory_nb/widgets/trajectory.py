@@ -51,6 +51,8 @@ def summary_html(traj: Trajectory) -> str:
         parts.append(f"reward {reward:.3f}")
     if "ground_truth" in traj.metadata:
         parts.append(f"ground truth {html.escape(str(traj.metadata['ground_truth']))}")
+    if drift_summary(traj):
+        parts.append(drift_summary(traj))
     return " &middot; ".join(parts)
 
 
@@ -114,6 +116,14 @@ def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
         return "<div>drift check: not run (the agent had drift=\"off\", or the trajectory is still running)</div>"
     if position < 0:
         return "<div style='color:#1b7f3b'>drift check: the rollout ids equal a full chat-template render</div>"
+    dropped = traj.metadata.get("dropped_think_blocks", 0)
+    if dropped:
+        return (
+            f"<div style='color:#555'>drift check: expected template drift. A full chat-template render drops the "
+            f"empty think block of {dropped} earlier assistant turn(s), which the rollout keeps as sampled in "
+            "Qwen3's non-thinking mode (first at position "
+            f"{position}); nothing else differs. Training uses the rollout ids.</div>"
+        )
     ids = traj.prompt_ids + traj.response_ids
     window = ids[max(0, position - 8) : position + 8]
     context = tokenizer.decode(window) if tokenizer is not None else str(window)
@@ -123,6 +133,19 @@ def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
         f"{position} ({where}); rollout context <code>{html.escape(repr(context))}</code>. Training uses the "
         "rollout ids as sampled.</div>"
     )
+
+
+def drift_summary(traj: Trajectory) -> str:
+    """The drift verdict in a few words, for the summary line ('' before the check has run)."""
+    position = traj.metadata.get("drift_position")
+    if position is None:
+        return ""
+    if position < 0:
+        return "no template drift"
+    dropped = traj.metadata.get("dropped_think_blocks", 0)
+    if dropped:
+        return f"template drift: {dropped} dropped think block(s), expected"
+    return f"<span style='color:#b35c00'>template drift at position {position}</span>"
 
 
 def view_html(traj: Trajectory, tokenizer: Any = None) -> str:

@@ -80,6 +80,35 @@ async def test_strict_drift_check_raises_on_multi_turn_qwen3_rollouts(tokenizer)
             await agent_for(tokenizer, tools, replies, drift="strict").rollout([{"role": "user", "content": "What is 12*7?"}])
 
 
+async def test_expected_qwen3_drift_is_counted_not_warned_and_other_drift_warns_once(tokenizer, caplog):
+    replies = {"12*7": [CALL.format(name="calculator", args='{"expression": "12*7"}'), "<answer>84</answer>"]}
+    async with ToolSet.from_config(CALCULATOR) as tools:
+        agent = agent_for(tokenizer, tools, replies)
+        trajectories = [await agent.rollout([{"role": "user", "content": "What is 12*7?"}]) for _ in range(3)]
+        assert agent.expected_drift_count == 3 and agent.drift_count == 0
+        assert all(t.metadata["dropped_think_blocks"] == 1 and t.metadata["drift_position"] > 0 for t in trajectories)
+        assert "differ from a full chat-template render" not in caplog.text
+        # an engine that spells its output in single characters: a re-encode merges them, which no
+        # template explains
+        agent._engine.tokenizer = _CharacterTokenizer(tokenizer)
+        for _ in range(2):
+            await agent.rollout([{"role": "user", "content": "What is 12*7?"}])
+    assert agent.drift_count == 2 and caplog.text.count("differ from a full chat-template render") == 1
+
+
+class _CharacterTokenizer:
+    """Encodes every character as its own token (a tokenization no full render produces)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.eos_token_id = tokenizer, tokenizer.eos_token_id
+
+    def encode(self, text, add_special_tokens=False):
+        return [i for character in text for i in self.tokenizer.encode(character, add_special_tokens=False)]
+
+    def decode(self, ids):
+        return self.tokenizer.decode(ids)
+
+
 @pytest.mark.slow
 async def test_no_barrier_64_trajectories_with_slow_tools_take_about_one_trajectory(tokenizer):
     """64 trajectories x 2 tool turns of 0.2 s: sequential would be 25.6 s; one trajectory is ~0.4 s."""

@@ -36,9 +36,24 @@ def test_multi_turn_drift_is_reported_where_qwen3_drops_the_think_block(tokenize
     assert not drift.ok
     assert drift.position == len(prompt_ids(tokenizer, conversation[:1], tools)) - 4  # the empty think block
     assert "<think>" in drift.rollout_context and "<think>" not in drift.render_context
+    assert drift.expected and drift.dropped_think_blocks == 1  # the whole difference, by design
     # every sampled token is assistant text; the tool response is never trained
     trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
     assert str(question.answer) in trained and "<tool_response>" not in trained
+
+
+def test_drift_the_template_does_not_explain_is_not_expected(tokenizer):
+    question = calculator.questions(1, seed=4)[0]
+    conversation = calculator.tool_conversation(question)
+    tools = [calculator.CALCULATOR_TOOL]
+    ids, _ = encode_conversation(tokenizer, conversation, tools)
+    answer = tokenizer.encode(str(question.answer), add_special_tokens=False)
+    where = max(i for i in range(len(ids)) if ids[i : i + len(answer)] == answer)
+    respelled = ids[:where] + [tokenizer.convert_tokens_to_ids("Ġ")] + ids[where:]  # a token no render has
+    drift = drift_check(tokenizer, respelled, conversation, tools)
+    assert not drift.ok and not drift.expected and drift.dropped_think_blocks == 0
+    # thinking mode puts no empty think block in the prompt, so there is nothing to explain the drift
+    assert not drift_check(tokenizer, ids, conversation, tools, enable_thinking=True).expected
 
 
 def test_template_that_rewrites_history_is_refused(tokenizer):

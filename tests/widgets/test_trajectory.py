@@ -38,9 +38,14 @@ async def test_drift_toggle_and_verdicts(tokenizer, tools):
     assert view.drift.layout.display == "none"
     view.drift_toggle.value = True
     assert view.drift.layout.display == "block"
+    # the scripted two-turn rollout has Qwen3's expected drift: shown and counted, not alarming
+    assert traj.metadata["dropped_think_blocks"] == 1 and "expected template drift" in drift_html(traj)
+    assert "1 dropped think block(s), expected" in view.summary.value
+    traj.metadata.update(drift_position=len(traj.prompt_ids) + 3, dropped_think_blocks=0)
+    assert "response token 3" in drift_html(traj, tokenizer)
+    view.update(traj)
+    assert "template drift at position" in view.summary.value
     traj.metadata["drift_position"] = -1
     assert "equal a full chat-template render" in drift_html(traj)
-    traj.metadata["drift_position"] = len(traj.prompt_ids) + 3
-    assert "response token 3" in drift_html(traj, tokenizer)
     del traj.metadata["drift_position"]
     assert "not run" in drift_html(traj)
