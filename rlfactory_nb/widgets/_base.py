@@ -5,7 +5,9 @@ coroutine (a rollout turn, a tool call) must run on that same loop, because the 
 sessions live there: it becomes a task, and the handler returns at once. Anything the work raises is
 written into the view's Output area with its traceback, never swallowed by the comm machinery.
 
-`StaticFallback` gives every view an HTML rendering too, for notebooks saved without widget state.
+`StaticFallback` gives every view an HTML rendering too, for notebooks saved without widget state:
+plots in it are static SVG (widgets/static.py), so a saved notebook needs neither plotly.js nor a
+network to show them.
 """
 
 from __future__ import annotations
@@ -115,10 +117,10 @@ class StaticFallback:
 
 
 def figure_html(figure: Any) -> str:
-    """A plotly figure as an HTML fragment (plotly.js from its CDN)."""
-    import plotly.graph_objects as go
+    """A finished single-plot plotly figure as static SVG (no script, drawn offline)."""
+    from rlfactory_nb.widgets.static import figure_svg_html
 
-    return go.Figure(figure).to_html(full_html=False, include_plotlyjs="cdn")
+    return figure_svg_html(figure)
 
 
 class StaticVBox(StaticFallback, widgets.VBox):
