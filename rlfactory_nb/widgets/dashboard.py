@@ -1,14 +1,18 @@
-"""TrainingDashboard (`job.dashboard()`): a run's curves while it trains, and its latest rollouts.
+"""TrainingDashboard (`job.dashboard()`): a run's curves while it trains, and its saved rollouts.
 
 Curves come from `job.metrics()` (the rows of runs/<name>/metrics.jsonl): reward and its components
-with the held-out evals, KL and entropy, response length, tool use, parse errors, the learning rate
-(`grpo.lr_schedule`), and each step's time split into rollout / reward / update / sync. A daemon thread refreshes them every `refresh_s`
-seconds until the job ends; a thread rather than an asyncio task so that refreshing goes on while a
-cell blocks in `job.wait()`. The latest trajectories open in TrajectoryView.
+with the held-out evals, KL and entropy, response length, tool use, parse errors, each step's time
+split into rollout / reward / update / sync, the learning rate (`grpo.lr_schedule`), and an
+asynchronous run's staleness and busy shares. Each panel has a legend of its own with short names;
+step axes tick on whole steps. A daemon thread refreshes every `refresh_s` seconds until the job
+ends; a thread rather than an asyncio task so that refreshing goes on while a cell blocks in
+`job.wait()`. The rollout selector lists the run's saved trajectories, newest step first, and shows
+the chosen one (or a RolloutStepper on the job's current weights, where the job offers one) below.
 """
 
 from __future__ import annotations
 
+import html
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +21,10 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlfactory_nb.widgets._base import StaticFallback, error_area, figure_html, report_error, run_callback
+from rlfactory_nb.cluster.run_folder import TERMINAL_STATES
+from rlfactory_nb.types import Trajectory
+from rlfactory_nb.widgets._base import StaticFallback, error_area, report_error, run_callback
+from rlfactory_nb.widgets.static import Chart, Series, charts_html, nice_ticks
 from rlfactory_nb.widgets.trajectory import TrajectoryView
 
 
@@ -27,6 +34,7 @@ class Panel:
     keys: tuple[str, ...]
     """metric keys drawn as lines; a key ending in "/" draws every key with that prefix"""
     stacked: bool = False
+    empty_note: str = "no data yet"
 
 
 PANELS = (
@@ -37,10 +45,40 @@ PANELS = (
     Panel("parse errors", ("rollout/parse_errors",)),
     Panel("step time (s)", ("time/rollout_s", "time/reward_s", "time/update_s", "time/sync_s"), stacked=True),
     Panel("learning rate", ("train/lr",)),
+    Panel(
+        "asynchrony",
+        ("async/staleness_mean", "async/staleness_max", "async/engine_busy_share", "async/trainer_busy_share", "time/wait_rollouts_s"),
+        empty_note="synchronous run: no asynchrony metrics",
+    ),
 )
-GRID_ROWS = -(-len(PANELS) // 3)
-"""three panels a row"""
+COLUMNS = 3
+GRID_ROWS = -(-len(PANELS) // COLUMNS)
+ROW_HEIGHT_PX = 330
+GAP_PX = 95
+"""between grid rows: tick labels, a two-line legend, the next panel's title"""
+ROLLOUT_CHOICES = 32
+"""saved trajectories the rollout selector lists"""
 _EXCLUDED = ("reward/std", "reward/calls", "reward/failures")
+LABELS = {
+    "reward/mean": "mean",
+    "eval/sampled_reward/mean": "eval sampled",
+    "eval/greedy_reward/mean": "eval greedy",
+    "train/kl": "KL",
+    "rollout/tool_call_rate": "tool-call rate",
+    "tools/success_rate": "tool success",
+    "async/staleness_mean": "staleness mean",
+    "async/staleness_max": "staleness max",
+    "async/engine_busy_share": "engine busy",
+    "async/trainer_busy_share": "trainer busy",
+    "time/wait_rollouts_s": "wait for rollouts (s)",
+}
+
+
+def label(key: str) -> str:
+    """A series' short legend name: "time/update_s" -> "update", "reward/em" -> "em"."""
+    if key in LABELS:
+        return LABELS[key]
+    return key.split("/", 1)[-1].removesuffix("_s")
 
 
 def derived(row: dict[str, Any]) -> dict[str, Any]:
@@ -67,59 +105,156 @@ def panel_series(panel: Panel, rows: list[dict[str, Any]]) -> dict[str, tuple[li
     return series
 
 
+def panel_chart(panel: Panel, rows: list[dict[str, Any]]) -> Chart:
+    """The static twin of one live panel."""
+    series = tuple(
+        Series(label(key), tuple(steps), tuple(values), "bar" if panel.stacked else "line")
+        for key, (steps, values) in panel_series(panel, rows).items()
+    )
+    return Chart(panel.title, series, barmode="stack", integer_x=True, empty_note=panel.empty_note)
+
+
+def step_tick(last_step: int, target: int = 6) -> int:
+    """The distance between step-axis ticks: a whole number of steps, about `target` ticks.
+
+    >>> [step_tick(n) for n in (1, 2, 8, 30, 200)]
+    [1, 1, 2, 5, 50]
+    """
+    ticks = nice_ticks(0, max(last_step, 1), target, integer=True)
+    return ticks[1] - ticks[0] if len(ticks) > 1 else 1
+
+
+def rollout_label(trajectory: Trajectory) -> str:
+    meta = trajectory.metadata
+    calls = sum(len(turn.calls) for turn in trajectory.turns)
+    return f"step {meta.get('step', '?')} · reward {meta.get('reward', float('nan')):.2f} · {calls} tool calls · {trajectory.id}"
+
+
+def rollout_order(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """Newest step first, best reward first within a step: the first is the default choice."""
+
+    def key(trajectory: Trajectory) -> tuple[float, float]:
+        reward = trajectory.metadata.get("reward")
+        return (-float(trajectory.metadata.get("step", 0)), -float(reward) if isinstance(reward, (int, float)) else 0.0)
+
+    return sorted(trajectories, key=key)
+
+
 class TrainingDashboard(StaticFallback, widgets.VBox):
     def __init__(self, job: Any, refresh_s: float = 2.0, autostart: bool = True):
         self.job = job
         self.refresh_s = refresh_s
         self.status = widgets.HTML()
-        self.figure = go.FigureWidget(
-            make_subplots(rows=GRID_ROWS, cols=3, subplot_titles=[p.title for p in PANELS], horizontal_spacing=0.07)
-        )
-        self.figure.update_layout(height=280 * GRID_ROWS, barmode="stack", legend={"font": {"size": 9}}, margin={"t": 40, "b": 30})
+        self.figure = self._empty_figure()
+        self._titles = tuple(self.figure.layout.annotations)
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
         self.stop_button = widgets.Button(description="Stop job", icon="stop", button_style="warning")
-        self.trajectory_choice = widgets.Dropdown(description="rollout", options=[])
-        self.trajectory_area = widgets.Output()
+        self.stepper_button = widgets.Button(
+            description="Step through a rollout with current weights", icon="step-forward",
+            layout=widgets.Layout(width="auto", display=None if hasattr(job, "stepper") else "none"),
+        )
+        self.trajectory_choice = widgets.Dropdown(
+            description="rollout", options=[], layout=widgets.Layout(width="auto", min_width="480px"),
+            style={"description_width": "initial"},
+        )
+        self.output_area = widgets.Output()
         self.errors = error_area()
         self.refresh_button.on_click(lambda _: run_callback(self.errors, self.refresh))
         self.stop_button.on_click(lambda _: run_callback(self.errors, lambda: threading.Thread(target=job.stop, daemon=True).start()))
+        self.stepper_button.on_click(lambda _: run_callback(self.errors, self.job.stepper, done=self._show))
         self.trajectory_choice.observe(lambda change: self._show_trajectory(change["new"]), names=["value"])
-        self._trajectories: list[Any] = []
+        self._rows: list[dict[str, Any]] = []
+        self._trajectories: dict[str, Trajectory] = {}
         self._tokenizer: Any = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        controls = widgets.HBox([self.refresh_button, self.stop_button, self.status])
-        super().__init__([controls, self.figure, self.trajectory_choice, self.trajectory_area, self.errors])
+        controls = widgets.HBox([self.refresh_button, self.stop_button, self.stepper_button, self.status])
+        super().__init__([controls, self.figure, self.trajectory_choice, self.output_area, self.errors])
         self.add_class("rf-training-dashboard")
         self.refresh()
         if autostart:
             self.start()
 
+    @staticmethod
+    def _empty_figure() -> go.FigureWidget:
+        height = ROW_HEIGHT_PX * GRID_ROWS
+        margin = {"t": 40, "b": 70, "l": 50, "r": 20}
+        plot_height = height - margin["t"] - margin["b"]
+        figure = go.FigureWidget(make_subplots(
+            rows=GRID_ROWS, cols=COLUMNS, subplot_titles=[p.title for p in PANELS],
+            horizontal_spacing=0.07, vertical_spacing=GAP_PX / plot_height,
+        ))
+        legends = {}
+        for index, _ in enumerate(PANELS):
+            suffix = "" if index == 0 else str(index + 1)
+            x_domain, y_domain = figure.layout[f"xaxis{suffix}"].domain, figure.layout[f"yaxis{suffix}"].domain
+            legends[f"legend{suffix}"] = {
+                "x": x_domain[0], "y": y_domain[0] - 24 / plot_height, "xanchor": "left", "yanchor": "top",
+                "orientation": "h", "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)",
+            }
+        figure.update_layout(height=height, barmode="stack", margin=margin, **legends)
+        figure.update_xaxes(tickformat="d", tickmode="linear", tick0=0, dtick=1)
+        return figure
+
     def refresh(self) -> None:
-        """Redraw from the job's current metrics, status and latest trajectories."""
+        """Redraw from the job's current metrics, status and saved trajectories."""
         info = self.job.info()
-        rows = self.job.metrics()
+        self._rows = rows = self.job.metrics()
+        state = info.get("state")
         self.status.value = (
-            f"&nbsp;<b>{self.job.name}</b>: {info.get('state')} &middot; step {info.get('step', 0)} of "
-            f"{info.get('steps', '?')} &middot; {self.job.run_dir}"
+            f"&nbsp;<b>{html.escape(self.job.name)}</b>: {state} &middot; step {info.get('step', 0)} of "
+            f"{info.get('steps', '?')} &middot; {html.escape(str(self.job.run_dir))}"
         )
+        if state in TERMINAL_STATES:
+            self.stop_button.disabled = True
+            self.stop_button.description = f"Job {state}"
+            self.stop_button.button_style = ""
+            self.stop_button.icon = "check" if state == "finished" else "times"
+        self._draw(rows)
+        self._list_rollouts(self.job.latest_trajectories(ROLLOUT_CHOICES))
+
+    def _draw(self, rows: list[dict[str, Any]]) -> None:
+        notes = []
         with self.figure.batch_update():
             self.figure.data = ()
             for index, panel in enumerate(PANELS):
-                row, col = divmod(index, 3)
-                for key, (steps, values) in panel_series(panel, rows).items():
-                    trace = go.Bar(x=steps, y=values, name=key) if panel.stacked else go.Scatter(x=steps, y=values, name=key, mode="lines+markers")
+                row, col = divmod(index, COLUMNS)
+                series = panel_series(panel, rows)
+                legend = "legend" if index == 0 else f"legend{index + 1}"
+                for key, (steps, values) in series.items():
+                    common = {"x": steps, "y": values, "name": label(key), "legend": legend, "showlegend": len(series) > 1}
+                    trace = go.Bar(**common) if panel.stacked else go.Scatter(mode="lines+markers", **common)
                     self.figure.add_trace(trace, row=row + 1, col=col + 1)
-        trajectories = self.job.latest_trajectories(8)
-        if [t.id for t in trajectories] != [t.id for t in self._trajectories]:
-            self._trajectories = trajectories
-            self.trajectory_choice.options = [
-                (f"step {t.metadata.get('step', '?')} · reward {t.metadata.get('reward', float('nan')):.2f} · {t.id}", i)
-                for i, t in enumerate(trajectories)
-            ]
+                if not series:
+                    suffix = "" if index == 0 else str(index + 1)
+                    notes.append(go.layout.Annotation(
+                        text=panel.empty_note, xref=f"x{suffix} domain", yref=f"y{suffix} domain", x=0.5, y=0.5,
+                        showarrow=False, font={"color": "#888", "size": 11},
+                    ))
+            self.figure.layout.annotations = self._titles + tuple(notes)
+            last_step = max((int(row["step"]) for row in rows), default=1)
+            self.figure.update_xaxes(dtick=step_tick(last_step))
+
+    def _list_rollouts(self, trajectories: list[Trajectory]) -> None:
+        ordered = rollout_order(trajectories)
+        if [t.id for t in ordered] == list(self._trajectories):
+            return
+        self._trajectories = {t.id: t for t in ordered}
+        chosen = self.trajectory_choice.value
+        self.trajectory_choice.options = [(rollout_label(t), t.id) for t in ordered]
+        if ordered:
+            self.trajectory_choice.value = chosen if chosen in self._trajectories else ordered[0].id
+
+    def charts(self) -> list[Chart]:
+        """The panels as static charts, from the last refresh."""
+        return [panel_chart(panel, self._rows) for panel in PANELS]
 
     def static_html(self) -> str:
-        return f"<div>{self.status.value}</div>{figure_html(self.figure)}"
+        chosen = self._trajectories.get(self.trajectory_choice.value)
+        rollout = ""
+        if chosen is not None:
+            rollout = f"<div><b>rollout</b> {html.escape(rollout_label(chosen))}</div>{self._view(chosen).static_html()}"
+        return f"<div>{self.status.value}</div>{charts_html(self.charts())}{rollout}"
 
     def start(self) -> None:
         """Refresh in the background until the job ends (or `halt`)."""
@@ -143,14 +278,16 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
                 report_error(self.errors, error)
                 return
 
-    def _show_trajectory(self, index: int | None) -> None:
-        self.trajectory_area.clear_output()
-        if index is None or index >= len(self._trajectories):
-            return
+    def _view(self, trajectory: Trajectory) -> TrajectoryView:
         if self._tokenizer is None:
             self._tokenizer = self.job.tokenizer()
-        view = TrajectoryView(self._trajectories[index], self._tokenizer)
-        with self.trajectory_area:
-            from IPython.display import display
+        return TrajectoryView(trajectory, self._tokenizer)
 
-            display(view)
+    def _show_trajectory(self, trajectory_id: str | None) -> None:
+        if trajectory_id in self._trajectories:
+            run_callback(self.errors, lambda: self._view(self._trajectories[trajectory_id]), done=self._show)
+
+    def _show(self, view: Any) -> None:
+        """Put `view` in the output area (from any thread: no `with area:` capture)."""
+        self.output_area.outputs = ()
+        self.output_area.append_display_data(view)

@@ -2,10 +2,20 @@
 
 import json
 
+import ipywidgets
+
 from rlfactory_nb.cluster.jobs import TrainingJob
 from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.types import Trajectory, save_jsonl
-from rlfactory_nb.widgets.dashboard import PANELS, TrainingDashboard, panel_series
+from rlfactory_nb.widgets.dashboard import (
+    PANELS,
+    TrainingDashboard,
+    label,
+    panel_chart,
+    panel_series,
+    step_tick,
+)
+from rlfactory_nb.widgets.static import svg_chart
 
 
 def row(step, reward):
@@ -41,11 +51,20 @@ def test_dashboard_draws_a_finished_run_without_ray(tmp_path):
     dashboard = TrainingDashboard(job, refresh_s=0.05)
     assert "finished" in dashboard.status.value and "step 3 of 3" in dashboard.status.value
     names = {trace.name for trace in dashboard.figure.data}
-    assert {"reward/mean", "train/kl", "tools/success_rate", "time/rollout_s"} <= names
-    assert [label for label, _ in dashboard.trajectory_choice.options][-1].startswith("step 3")
+    assert {"mean", "em", "KL", "tool success", "rollout"} <= names  # short names, one legend a panel
+    legends = {trace.legend for trace in dashboard.figure.data if trace.showlegend}
+    assert len(legends) > 1 and all(dashboard.figure.layout[name].orientation == "h" for name in legends)
+    assert dashboard.figure.layout.xaxis.dtick == 1 and dashboard.figure.layout.xaxis.tickformat == "d"
+    assert dashboard.stop_button.disabled and dashboard.stop_button.description == "Job finished"
+    assert dashboard.stop_button.button_style == ""
+    labels = [label for label, _ in dashboard.trajectory_choice.options]
+    assert len(labels) == 6 and labels[0].startswith("step 3 · reward 1.00") and labels[-1].startswith("step 1")
+    assert dashboard.trajectory_choice.value == "s3t0" and dashboard.output_area.outputs  # shown at once
     dashboard._thread.join(timeout=5)
     assert not dashboard._thread.is_alive()  # polling ends with the job
-    assert "Plotly.newPlot" in dashboard.static_html() and "tool_call_rate" in dashboard.static_html()
+    static = dashboard.static_html()
+    assert "<svg" in static and "tool-call rate" in static and "<script" not in static  # drawn offline
+    assert "rf-strip" in static  # the chosen rollout's token strip
     assert run.exists()
 
 
@@ -53,3 +72,50 @@ def test_the_learning_rate_has_a_panel_of_its_own():
     (panel,) = [panel for panel in PANELS if panel.title == "learning rate"]
     rows = [{**row(1, 0.2), "train/lr": 1e-4}, row(2, 0.3), {**row(3, 0.4), "train/lr": 5e-5}]
     assert panel_series(panel, rows) == {"train/lr": ([1, 3], [1e-4, 5e-5])}  # steps without an update skip
+
+
+def test_asynchrony_panel_plots_the_async_keys_and_is_empty_without_them(tmp_path):
+    (panel,) = [panel for panel in PANELS if panel.title == "asynchrony"]
+    keys = {"async/staleness_mean": 0.5, "async/staleness_max": 1, "async/engine_busy_share": 0.9,
+            "async/trainer_busy_share": 0.6, "time/wait_rollouts_s": 0.2}
+    assert panel_series(panel, [{**row(1, 0.2), **keys}, row(2, 0.3)]).keys() == keys.keys()
+    assert panel_series(panel, [row(1, 0.2)]) == {}
+    chart = panel_chart(panel, [row(1, 0.2)])
+    assert "synchronous run" in svg_chart(chart)
+
+
+def test_the_stepper_button_shows_the_jobs_stepper_in_the_output_area(tmp_path):
+    make_run(tmp_path, 2)
+
+    class LiveJob(TrainingJob):
+        def stepper(self):
+            return ipywidgets.HTML("a stepper on the current weights")
+
+    job = LiveJob.attach("demo", output_dir=tmp_path)
+    dashboard = TrainingDashboard(job, autostart=False)
+    assert dashboard.stepper_button.layout.display is None
+    dashboard.stepper_button.click()
+    (output,) = dashboard.output_area.outputs
+    assert "a stepper on the current weights" in output["data"]["text/plain"]
+    assert not dashboard.errors.outputs
+
+
+def test_a_job_without_a_stepper_gets_no_stepper_button(tmp_path):
+    make_run(tmp_path, 1)
+
+    class OlderJob:  # a job object from before Job.stepper existed
+        def __init__(self, job):
+            self._job = job
+
+        def __getattr__(self, name):
+            if name == "stepper":
+                raise AttributeError(name)
+            return getattr(self._job, name)
+
+    dashboard = TrainingDashboard(OlderJob(TrainingJob.attach("demo", output_dir=tmp_path)), autostart=False)
+    assert dashboard.stepper_button.layout.display == "none"
+
+
+def test_step_ticks_are_whole_steps():
+    assert [step_tick(n) for n in (1, 2, 5, 12, 40)] == [1, 1, 1, 2, 10]
+    assert label("time/update_s") == "update" and label("reward/em") == "em"
