@@ -5,12 +5,20 @@ declares picked out of one shared dict, so `steps` reaches 03 and `eval_size` 04
 is written under `<out_dir>/runs/` and 04 evaluates it from there. Each executed notebook is saved
 next to an HTML export, and the paths are returned.
 
+A saved notebook keeps each view's static HTML, not its widgets: the saved widget state of one plotly
+FigureWidget carries the whole plotly.js bundle (about 5 MB), and the HTML export would need the
+network to draw it. `slim` drops a widget output wherever the view gave a static fallback next to it
+(widgets/_base.StaticFallback; plots as SVG from widgets/static.py), and the saved state of every
+widget no output still shows. In the live kernel the widgets stay as they are.
+
     python -m rlfactory_nb.notebooks_run --out runs/demo steps=40 prompts_per_step=16 group_size=8
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -22,6 +30,9 @@ import yaml
 NOTEBOOKS = ("01_setup_tools.ipynb", "02_reward_design.ipynb", "03_train_grpo.ipynb", "04_eval.ipynb")
 DEMO_PARAMETERS: dict[str, Any] = {"steps": 30, "prompts_per_step": 16, "group_size": 8, "eval_size": 32}
 """what `make demo` trains with: enough steps for the tiny model's reward to rise (a few minutes)"""
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+_MODEL_REFERENCE = re.compile(r"IPY_MODEL_([0-9a-f]+)")
 
 
 def notebooks_dir() -> Path:
@@ -54,15 +65,56 @@ def run_notebooks(
         target = out / name
         print(f"running {name} with {chosen}", flush=True)
         started = time.perf_counter()
-        papermill.execute_notebook(
-            str(source / name), str(target), parameters=chosen, cwd=str(source),
-            kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
-        )
+        try:
+            papermill.execute_notebook(
+                str(source / name), str(target), parameters=chosen, cwd=str(source),
+                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
+            )
+        finally:
+            if target.exists():
+                before, after = slim_file(target)
+                print(f"  saved with static views: {before / 1e6:.1f} MB -> {after / 1e6:.2f} MB", flush=True)
         print(f"  done in {time.perf_counter() - started:.0f} s -> {target}", flush=True)
         executed.append(target)
         if html:
             export_html(target)
     return executed
+
+
+def slim(notebook: dict[str, Any]) -> dict[str, Any]:
+    """`notebook` (nbformat JSON) without the widget outputs that have a static fallback, and without
+    the saved state of widgets that no remaining output shows. Changes and returns `notebook`."""
+    shown: set[str] = set()
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and "text/html" in data:
+                del data[WIDGET_VIEW]
+            elif WIDGET_VIEW in data:
+                shown.add(data[WIDGET_VIEW]["model_id"])
+    saved = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {})
+    models = saved.get("state", {})
+    kept: set[str] = set()
+    pending = [model for model in shown if model in models]
+    while pending:  # a shown widget's children and layouts are referenced as IPY_MODEL_<id>
+        model = pending.pop()
+        if model not in kept:
+            kept.add(model)
+            pending += [ref for ref in _MODEL_REFERENCE.findall(json.dumps(models[model])) if ref in models]
+    if kept:
+        saved["state"] = {model: state for model, state in models.items() if model in kept}
+    else:
+        notebook.get("metadata", {}).pop("widgets", None)
+    return notebook
+
+
+def slim_file(path: Path) -> tuple[int, int]:
+    """`slim` the notebook at `path` in place; returns its size in bytes before and after."""
+    import nbformat
+
+    before = path.stat().st_size
+    nbformat.write(slim(nbformat.read(path, as_version=4)), path)
+    return before, path.stat().st_size
 
 
 def export_html(notebook: Path) -> Path:

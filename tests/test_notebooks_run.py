@@ -1,0 +1,31 @@
+"""notebooks_run.slim: a saved notebook keeps static views and only the widget state still shown."""
+
+from rlfactory_nb.notebooks_run import WIDGET_STATE, WIDGET_VIEW, slim
+
+
+def output(model, html=None):
+    data = {"text/plain": "VBox(...)", WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": model}}
+    if html is not None:
+        data["text/html"] = html
+    return {"output_type": "display_data", "data": data, "metadata": {}}
+
+
+def notebook(outputs, models):
+    state = {model: {"model_name": "VBoxModel", "state": {"children": [f"IPY_MODEL_{child}" for child in children]}}
+             for model, children in models.items()}
+    return {"cells": [{"cell_type": "code", "outputs": outputs}],
+            "metadata": {"widgets": {WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}}}
+
+
+def test_a_view_with_a_static_fallback_keeps_only_the_fallback():
+    slimmed = slim(notebook([output("aa", "<svg></svg>")], {"aa": ["a1"], "a1": []}))
+    (kept,) = slimmed["cells"][0]["outputs"]
+    assert set(kept["data"]) == {"text/plain", "text/html"}
+    assert "widgets" not in slimmed["metadata"]  # nothing shows a widget any more: no state saved
+
+
+def test_a_widget_without_a_fallback_keeps_its_state_and_its_childrens():
+    models = {"aa": ["a1"], "a1": [], "bb": ["b1"], "b1": ["b2"], "b2": [], "cc": []}
+    slimmed = slim(notebook([output("aa", "<p>static</p>"), output("bb")], models))
+    assert WIDGET_VIEW in slimmed["cells"][0]["outputs"][1]["data"]
+    assert set(slimmed["metadata"]["widgets"][WIDGET_STATE]["state"]) == {"bb", "b1", "b2"}
