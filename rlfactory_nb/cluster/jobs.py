@@ -24,6 +24,10 @@ from rlfactory_nb.types import Trajectory
 
 ACTOR_TIMEOUT_S = 5.0
 """how long a read waits for the driver before answering from disk (a starting actor is busy)"""
+SNAPSHOT_TIMEOUT_S = 600.0
+"""how long `job.engine()` waits for the driver's copy of the weights (it waits for a starting run to
+load its model, and for the policy update in flight to end)"""
+
 
 
 class JobFailed(RuntimeError):
@@ -265,6 +269,95 @@ class TrainingJob:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.name!r} still {state} after {timeout_s:g} s")
             time.sleep(poll_s)
+
+    # ------------------------------------------------------------------ the live policy
+
+    def engine(self, kind: str | None = None, num_gpus: float = 0, **options: Any) -> Any:
+        """A rollout engine on the cluster with the job's current weights (a `ClusterEngine` whose
+        `version` is the step they come from); a finished job's: its last checkpoint.
+
+        It is a snapshot copied at the request, not the job's own engine: training pauses only for
+        the copy (docs/decisions.md has the figure) and the engine keeps these weights while the job
+        moves on; ask again for newer ones. `kind`: the job's engine kind unless given; `options` as
+        for `cluster.engine`."""
+        from rlfactory_nb.cluster.engines import start_engine
+
+        self._need_ray("job.engine()")
+        snapshot = self._snapshot() if self._actor is not None and not self.done else None
+        if snapshot is not None:
+            kind = kind or snapshot["kind"]
+            engine_args = snapshot["engine_args"] if kind == snapshot["kind"] else {}
+            return start_engine(
+                snapshot["source"], kind, num_gpus=num_gpus, weights=snapshot["weights"][0],
+                version=snapshot["version"], label=f"{self.name}-step{snapshot['version']}",
+                **{**engine_args, **options},
+            )
+        checkpoints = self.checkpoints
+        if not checkpoints:
+            raise RuntimeError(
+                f"job {self.name!r} is {self.status} and left no checkpoint: there are no weights to serve "
+                "(grpo.checkpoint_every and the final step write checkpoints)"
+            )
+        latest = checkpoints[-1]
+        step = int(latest.name.removeprefix("step_"))
+        return start_engine(str(latest), kind or "hf", num_gpus=num_gpus, version=step, label=f"{self.name}-step{step}", **options)
+
+    def stepper(self, prompt: Any = None, **options: Any) -> Any:
+        """A RolloutStepper on `job.engine(**options)`, with the run's tools, parser and limits;
+        `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
+        shows the policy version (step) that sampled it."""
+        from rlfactory_nb.rollout.agent import Agent
+        from rlfactory_nb.runtime import build_tools
+        from rlfactory_nb.train.data import load_rows
+        from rlfactory_nb.train.objects import RunObjects
+        from rlfactory_nb.widgets.stepper import RolloutStepper
+
+        cfg = self.config()
+        objects = RunObjects.load(self.run_dir) or RunObjects()
+        engine = self.engine(**options)
+        tools = build_tools(cfg, objects.tools)
+        if tools is not None:
+            tools.start_sync()
+        if prompt is None:
+            prompt = (objects.train_data or load_rows(cfg.data.train, 1))[0]
+        return RolloutStepper(Agent.from_config(cfg, engine, tools, engine=engine), prompt)
+
+    def config(self) -> RunConfig:
+        """The run's config: the driver's while it lives, else the one saved with the last checkpoint."""
+        from rlfactory_nb.train.checkpoint import RUN_CONFIG
+
+        live = self._ask("run_config")
+        if live is not None:
+            return RunConfig.from_dict(live)
+        checkpoints = self.checkpoints
+        if not checkpoints or not (checkpoints[-1] / RUN_CONFIG).is_file():
+            raise FileNotFoundError(f"job {self.name!r}: no live driver and no checkpoint with {RUN_CONFIG} to read its config from")
+        return RunConfig.from_yaml(checkpoints[-1] / RUN_CONFIG)
+
+    def _snapshot(self) -> dict[str, Any] | None:
+        """The driver's copy of the current weights, or None when the run has ended meanwhile."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            return ray.get(self._actor.snapshot.remote(), timeout=SNAPSHOT_TIMEOUT_S)
+        except RayActorError:
+            self._actor = None
+            return None
+        except GetTimeoutError as error:
+            raise TimeoutError(
+                f"job {self.name!r}: its driver did not hand over the weights within {SNAPSHOT_TIMEOUT_S:g} s "
+                f"(state {self.status}; job.logs() says what it is doing)"
+            ) from error
+
+    def _need_ray(self, what: str) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError(
+                f"{what} runs an engine on a cluster, and this kernel is connected to none: "
+                f"TrainingJob.attach({self.name!r}, rf.Cluster.connect(...))"
+            )
 
     def dashboard(self, refresh_s: float = 2.0) -> Any:
         """Live curves and the latest rollouts, refreshing in the background until the job ends."""

@@ -15,11 +15,14 @@ into one that says where the token goes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "rlfactory_nb"
 """the Ray namespace of every actor this package names (jobs are found by name in it)"""
@@ -80,12 +83,13 @@ class Cluster:
         token: str | None = None,
         token_path: str | Path | None = None,
     ) -> Cluster:
-        """Start a local Ray (address None) or join one ("auto", "ray://host:10001"); see the module
-        docstring. Connecting again in the same kernel returns the existing connection."""
+        """Start a local Ray (address None or "local") or join one ("auto", "ray://host:10001"); see
+        the module docstring. Connecting again in the same kernel returns the existing connection."""
         import ray
 
         if ray.is_initialized():
             return cls._current()
+        address = None if address == "local" else address
         _set_token(token, token_path)
         try:
             if address is None:
@@ -139,6 +143,22 @@ class Cluster:
             if entry.get("namespace") == NAMESPACE and entry["name"].startswith(JOB_PREFIX)
         )
 
+    def engine(self, model: Any, kind: str = "hf", num_gpus: float = 0, **options: Any) -> Any:
+        """A rollout engine on the cluster (a `ClusterEngine`: cluster/engines.py) serving `model`: a
+        Policy of this kernel, a Hugging Face folder the cluster can read, or a preset name. Use it
+        wherever a local engine goes (`rf.Agent(..., engine=)`, `rf.evaluate(engine, ...)`). Options:
+        num_cpus (default 1), seed, and the engine's own (HFEngine, VLLMEngine). Freed when the
+        handle is dropped or closed, or the cluster shuts down."""
+        from rlfactory_nb.cluster.engines import start_engine
+
+        return start_engine(model, kind, num_gpus=num_gpus, **options)
+
+    def engines(self) -> list[str]:
+        """Names of the engine actors alive on the cluster (from `engine` and `job.engine`)."""
+        from rlfactory_nb.cluster.engines import engine_names
+
+        return engine_names()
+
     def view(self) -> Any:
         from rlfactory_nb.widgets.cluster import ClusterView
 
@@ -162,11 +182,23 @@ def start_local(**options: Any) -> Any:
     Ray binds its servers to loopback only when the node's IP is a loopback address, and `ray.init`
     replaces a loopback `_node_ip_address` with the machine's IP unless multi-node clusters are off
     (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read once when Ray is imported): hence the flag is off
-    while the node starts. The dashboard, if any, is on 127.0.0.1 too (`dashboard_host`)."""
+    while the node starts. The dashboard, if any, is on 127.0.0.1 too (`dashboard_host`).
+
+    On a busy machine the raylet can give up waiting for its agent processes (Ray allows them about
+    15 s to start, and `ray.init` the node 30 s, neither configurable), so a start that times out is
+    retried, twice at most: the agents' imports are then warm in the page cache."""
     import ray
 
-    with _single_node():
-        return ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+    for attempt in range(3):
+        try:
+            with _single_node():
+                return ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this
+            if "timed out during startup" not in str(error) or attempt == 2:
+                raise
+            log.warning("the local Ray node timed out during startup (a busy machine?); starting it again")
+            ray.shutdown()
+    raise AssertionError("unreachable")
 
 
 def join(address: str, **options: Any) -> Any:

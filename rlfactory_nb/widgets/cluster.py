@@ -18,13 +18,14 @@ def resources_html(cluster: Any) -> str:
         f"<td>{n.gpus:g}</td><td>{n.memory_gb:.1f}</td><td>{n.object_store_gb:.2f}</td></tr>"
         for n in resources.nodes
     )
-    jobs = cluster.jobs()
+    jobs, engines = cluster.jobs(), cluster.engines()
     dashboard = f" &middot; Ray dashboard {html.escape(cluster.dashboard_url)}" if cluster.dashboard_url else ""
     return (
         f"<div><b>{html.escape(repr(cluster))}</b>: {resources.cpus:g} CPUs ({resources.available_cpus:g} free), "
         f"{resources.gpus:g} GPUs ({resources.available_gpus:g} free){dashboard}</div>"
         f"<table class='rf-table'>{head}{rows}</table>"
         f"<div>training jobs: {html.escape(', '.join(jobs)) if jobs else 'none running'}</div>"
+        f"<div>engines: {html.escape(', '.join(engines)) if engines else 'none running'}</div>"
     )
 
 

@@ -42,6 +42,7 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         self.run_button = widgets.Button(description="Run to end", icon="fast-forward")
         self.reset_button = widgets.Button(description="Reset", icon="undo")
         self.status = widgets.HTML()
+        self.versions = widgets.HTML()
         self.errors = error_area()
         self.next_button.on_click(lambda _: self._click(self.next_turn))
         self.run_button.on_click(lambda _: self._click(self.run_to_end))
@@ -49,7 +50,7 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         self.session: AgentSession = agent.start(self.messages, self.metadata)
         self.view = TrajectoryView(self.session.trajectory, agent.tokenizer)
         buttons = widgets.HBox([self.next_button, self.run_button, self.reset_button, self.status])
-        super().__init__([buttons, self.view, self.errors])
+        super().__init__([buttons, self.versions, self.view, self.errors])
         self.add_class("rf-rollout-stepper")
         self._busy = False
         self._loop = home_loop()
@@ -82,7 +83,7 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         self._refresh()
 
     def static_html(self) -> str:
-        return f"<div>{self.status.value}</div>{self.view.static_html()}"
+        return f"<div>{self.status.value}</div>{self.versions.value}{self.view.static_html()}"
 
     def _click(self, action: Any) -> None:
         if self._busy:
@@ -105,3 +106,19 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         self.next_button.disabled = self.run_button.disabled = ended or self._busy
         state = "running..." if self._busy else (f"ended: {traj.finish_reason}" if ended else "ready")
         self.status.value = f"&nbsp;turn {traj.num_turns} of at most {self.agent.max_turns} &middot; {state}"
+        self.versions.value = versions_html(traj.turns)
+
+
+def versions_html(turns: Sequence[Turn]) -> str:
+    """Which policy version (a job's step) sampled each turn; empty when no engine reports one.
+
+    >>> versions_html([Turn("a", policy_version=3), Turn("b", policy_version=4)])
+    "<div class='rf-policy-versions'>policy version per turn: 1: step 3 &middot; 2: step 4</div>"
+    """
+    if all(turn.policy_version is None for turn in turns):
+        return ""
+    labels = " &middot; ".join(
+        f"{number}: {'?' if turn.policy_version is None else f'step {turn.policy_version}'}"
+        for number, turn in enumerate(turns, start=1)
+    )
+    return f"<div class='rf-policy-versions'>policy version per turn: {labels}</div>"
