@@ -19,6 +19,7 @@ from typing import Any
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.engines.base import Engine
 from rlfactory_nb.policy import Policy
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.agent import Agent
@@ -130,7 +131,7 @@ def held_out_metrics(results: HeldOut) -> dict[str, float]:
 
 
 async def evaluate(
-    model: Policy | str | Path,
+    model: Policy | str | Path | Engine,
     dataset: Any = None,
     cfg: RunConfig | None = None,
     *,
@@ -143,26 +144,30 @@ async def evaluate(
     """Evaluate `model` (a Policy, a checkpoint folder, a preset name) on `dataset` (rows, a
     datasets.Dataset, a source such as "synthetic:calculator-heldout", or None: cfg.data.eval) with
     cfg's tools, rollout and reward. `reward` / `tools`: objects from the kernel, as `launch` takes
-    them; `run_dir`: use the objects a run kept (runs/<name>/code/) where these are not given."""
+    them; `run_dir`: use the objects a run kept (runs/<name>/code/) where these are not given.
+    `model` may also be an engine that carries its tokenizer (`cluster.engine(...)`, `job.engine()`):
+    the rollouts run on it, and it stays open."""
     from rlfactory_nb.runtime import build_tools
     from rlfactory_nb.train.objects import RunObjects
 
     cfg = cfg or RunConfig(name="eval")
     kept = (RunObjects.load(run_dir) if run_dir is not None else None) or RunObjects()
-    policy = model if isinstance(model, Policy) else Policy.load(model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None)
+    given = model if isinstance(model, Engine) else None
+    policy = given or (model if isinstance(model, Policy) else Policy.load(model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None))
     rows = _rows(dataset if dataset is not None else kept.eval_data, cfg, limit)
     runner = RewardRunner.from_config(cfg.reward, reward if reward is not None else kept.reward)
     toolset = build_tools(cfg, tools if tools is not None else kept.tools)
     if toolset is not None:
         await toolset.start()
-    engine = policy.engine(cfg.model.engine, seed=cfg.grpo.seed)
+    engine = given or policy.engine(cfg.model.engine, seed=cfg.grpo.seed)
     try:
-        def agent_at(temperature: float) -> Agent:
+        def agent_at(temperature: float) -> Agent:  # an engine given stands for the policy: its tokenizer
             return Agent.from_config(cfg, policy, toolset, engine=engine, temperature=temperature, drift="off")
 
         results = await held_out_rollouts(cfg, agent_at, rows, runner)
     finally:
-        await engine.close()
+        if given is None:
+            await engine.close()
         if toolset is not None:
             await toolset.stop()
     trajectories = {mode: trajs for mode, (trajs, _) in results.items()}
@@ -183,7 +188,9 @@ def _rows(dataset: Any, cfg: RunConfig, limit: int | None) -> list[dict[str, Any
     return load_rows(dataset, limit, what="dataset")
 
 
-def _label(model: Policy | str | Path) -> str:
+def _label(model: Policy | str | Path | Engine) -> str:
+    if isinstance(model, Engine):
+        return str(getattr(model, "name", type(model).__name__))
     if isinstance(model, Policy):
         return model.name or str(model.path)
     path = Path(model)

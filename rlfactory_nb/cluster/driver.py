@@ -5,6 +5,10 @@ a remote cluster); named (`rlfactory-nb:<run name>`) so `TrainingJob.attach` fin
 an async actor: training runs as a task on the actor's event loop (the heavy work already happens
 in threads), so `status`, `stop` and reads are answered while a step is running.
 
+`snapshot` hands the kernel a copy of the weights being trained (`job.engine()`), taken between two
+policy updates: the driver holds a lock over each update (`GuardedBackend`), so a copy is never half
+of one step and half of the next, and training waits only while the copy is made.
+
 Stopping is cooperative: `stop` sets the event `Trainer.run` checks between steps; the step in
 flight finishes, a checkpoint of it is written, and the driver records "stopped". Everything the
 driver prints goes to runs/<name>/job.log, and its state to runs/<name>/job.json.
@@ -16,6 +20,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,8 @@ class TrainingDriver:
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._trainer: Any = None
+        self._weights_ready = asyncio.Event()
+        """set once the trainer holds its model (or the run ended before it could)"""
         self._capture_output()
         self._start_itself()
 
@@ -86,6 +93,8 @@ class TrainingDriver:
         trainer = self._trainer = Trainer(self.cfg, objects=objects)
         try:
             await trainer.start(resume=self.resume)
+            trainer.backend = GuardedBackend(trainer.backend)
+            self._weights_ready.set()
             self.folder.write_status(state="running", step=trainer.step)
             result = await trainer.run(on_step=self._on_step, stop_event=self._stop)
             if self._stop.is_set() and result.step < steps:
@@ -98,6 +107,8 @@ class TrainingDriver:
             print(text, flush=True)
             self.folder.write_status(state="failed", step=trainer.step, error=text)
         finally:
+            self._trainer = None  # no weights to snapshot from here on: job.engine() reads the checkpoint
+            self._weights_ready.set()
             await trainer.close()
             print(f"driver: {self.folder.status()['state']} at step {trainer.step}", flush=True)
         await self._linger()
@@ -139,3 +150,56 @@ class TrainingDriver:
 
     async def checkpoints(self) -> list[str]:
         return [str(path) for path in self.folder.checkpoints()]
+
+    async def run_config(self) -> dict[str, Any]:
+        return self.cfg.to_dict()
+
+    async def snapshot(self) -> dict[str, Any] | None:
+        """The current weights as an engine loads them, put in the object store, with what an engine
+        actor builds around them; None once the run has ended (its last checkpoint is the record).
+        Waits for a policy update in flight to finish, then holds the next one for the copy."""
+        import ray
+
+        from rlfactory_nb.train.engine_actors import policy_files
+
+        await self._weights_ready.wait()
+        trainer = self._trainer
+        if trainer is None:
+            return None
+        guard: GuardedBackend = trainer.backend
+        async with guard.lock:
+            started = time.perf_counter()
+            model = await guard.checkpoint_model()
+            state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+            weights = ray.put(trainer.setup.engine_weights(state))
+            copy_s = time.perf_counter() - started
+            version = max(guard.version, trainer.step)
+        files = policy_files(self.cfg, trainer.policy, trainer.setup.precision.compute)
+        print(f"driver: weights of step {version} copied for a kernel's engine in {copy_s:.3f} s", flush=True)
+        return {
+            "weights": [weights],  # in a list, so Ray hands the kernel the reference, not the tensors
+            "version": version,
+            "source": {key: files[key] for key in ("config", "tokenizer", "dtype", "path")},
+            "kind": self.cfg.model.engine,
+            "engine_args": files["engine_args"],
+            "copy_s": copy_s,
+        }
+
+
+class GuardedBackend:
+    """The trainer's backend with a lock over each policy update, and the step of the last one
+    (`version`), so `TrainingDriver.snapshot` copies whole steps; everything else passes through."""
+
+    def __init__(self, backend: Any):
+        self._backend = backend
+        self.lock = asyncio.Lock()
+        self.version = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    async def update(self, batch: Any, step: int) -> dict[str, float]:
+        async with self.lock:
+            metrics = await self._backend.update(batch, step)
+            self.version = step
+        return metrics
