@@ -49,7 +49,7 @@ _EXPORTS: dict[str, str] = {
     "RolloutStepper": "widgets.stepper",
     "TrajectoryView": "widgets.trajectory",
     "ToolSetView": "widgets.tools",
-    "RewardLab": "widgets.reward_lab",
+    "RewardLab": "rewards.lab",
     "TrainingDashboard": "widgets.dashboard",
     "ClusterView": "widgets.cluster",
     **dict.fromkeys(["evaluate", "evaluate_sync", "EvalReport"], "eval"),

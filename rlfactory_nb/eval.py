@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import html
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb._async import run_sync
+from rlfactory_nb._views import view_of
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.base import Engine
 from rlfactory_nb.policy import Policy
@@ -25,6 +26,9 @@ from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.types import Sample, Trajectory
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MODES = ("sampled", "greedy")
 SUMMARY_KEYS = ("sampled_reward", "greedy_reward", "tool_call_rate", "tool_success_rate", "parse_errors_per_sample", "turns_mean")
@@ -69,8 +73,15 @@ class EvalReport:
         """`other` is the baseline: deltas are self minus other."""
         return EvalComparison(self, other)
 
+    def table(self) -> pd.DataFrame:
+        """One row per prompt (the EvalRow fields) as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(row) for row in self.rows], columns=[f.name for f in fields(EvalRow)])
+
     def view(self) -> Any:
-        return _view(self._repr_html_(), [self])
+        """A notebook widget: the summary, the per-prompt table and a bar chart."""
+        return view_of(self)
 
     def _repr_html_(self) -> str:
         return f"<div><b>{html.escape(self.label)}</b> on {len(self.rows)} prompts</div>{_summary_table([self])}{_rows_table(self.rows)}"
@@ -92,8 +103,15 @@ class EvalComparison:
             if (new.sampled_reward, new.greedy_reward) != (base.sampled_reward, base.greedy_reward)
         ]
 
+    def table(self) -> pd.DataFrame:
+        """The summary of base, new and the change (new minus base), one row each."""
+        import pandas as pd
+
+        return pd.DataFrame([self.base.summary(), self.new.summary(), self.deltas()], index=[self.base.label, self.new.label, "change"])
+
     def view(self) -> Any:
-        return _view(self._repr_html_(), [self.base, self.new])
+        """A notebook widget: the two summaries side by side and a bar chart."""
+        return view_of(self)
 
     def _repr_html_(self) -> str:
         deltas = "".join(f"<td>{value:+.3f}</td>" for value in self.deltas().values())
@@ -250,25 +268,6 @@ def _rows_table(rows: list[EvalRow]) -> str:
 
 def _cell(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)[:60]
-
-
-def _view(text: str, reports: list[EvalReport]) -> Any:
-    import ipywidgets as widgets
-
-    from rlfactory_nb.widgets._base import StaticVBox, figure_html
-
-    figure = _summary_figure(reports)
-    return StaticVBox([widgets.HTML(text), figure], text + figure_html(figure))
-
-
-def _summary_figure(reports: list[EvalReport]) -> Any:
-    import plotly.graph_objects as go
-
-    keys = ["sampled_reward", "greedy_reward", "tool_call_rate", "tool_success_rate"]
-    figure = go.FigureWidget(layout={"barmode": "group", "height": 300, "title": "evaluation", "yaxis": {"range": [0, 1]}})
-    for report in reports:
-        figure.add_bar(x=keys, y=[getattr(report, key) for key in keys], name=report.label)
-    return figure
 
 
 # ---------------------------------------------------------------------- CLI

@@ -23,6 +23,8 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict  # pydantic validates only this TypedDict on Python < 3.12
 
+from rlfactory_nb._views import view_of
+
 ToolStatus = Literal["ok", "error", "timeout", "invalid_args", "unknown_tool"]
 FinishReason = Literal["stop", "max_turns", "length", "error"]
 
@@ -148,11 +150,9 @@ class Trajectory:
         return dataclasses.asdict(self)
 
     def view(self, tokenizer: Any = None) -> Any:
-        """A notebook widget (rlfactory_nb.widgets.TrajectoryView): turns, tool calls, and the tokens
-        coloured by loss mask. `tokenizer` decodes the token strip; the producing agent's by default."""
-        from rlfactory_nb.widgets.trajectory import TrajectoryView
-
-        return TrajectoryView(self, tokenizer)
+        """A notebook widget (TrajectoryView): turns, tool calls, and the tokens coloured by loss mask.
+        `tokenizer` (e.g. `policy.tokenizer`) decodes the token strip; without it, ids are shown."""
+        return view_of(self, tokenizer=tokenizer)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:

@@ -14,13 +14,17 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rlfactory_nb._views import view_of
 from rlfactory_nb.cluster.driver import TrainingDriver
 from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.types import Trajectory
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ACTOR_TIMEOUT_S = 5.0
 """how long a read waits for the driver before answering from disk (a starting actor is busy)"""
@@ -209,6 +213,14 @@ class TrainingJob:
         live = self._ask("metrics")
         return live if live is not None else self.folder.metrics()
 
+    def metrics_frame(self) -> pd.DataFrame:
+        """`metrics()` as a pandas DataFrame indexed by step, one column per metric key (NaN where a
+        step has no such value, e.g. held-out evals between `grpo.eval_every` steps)."""
+        import pandas as pd
+
+        rows = self.metrics()
+        return pd.DataFrame(rows).set_index("step") if rows else pd.DataFrame(index=pd.Index([], name="step"))
+
     def latest_trajectories(self, k: int = 8) -> list[Trajectory]:
         live = self._ask("trajectory_records", k)
         records = live if live is not None else self.folder.trajectory_records(k)
@@ -310,7 +322,6 @@ class TrainingJob:
         from rlfactory_nb.runtime import build_tools
         from rlfactory_nb.train.data import load_rows
         from rlfactory_nb.train.objects import RunObjects
-        from rlfactory_nb.widgets.stepper import RolloutStepper
 
         cfg = self.config()
         objects = RunObjects.load(self.run_dir) or RunObjects()
@@ -320,7 +331,7 @@ class TrainingJob:
             tools.start_sync()
         if prompt is None:
             prompt = (objects.train_data or load_rows(cfg.data.train, 1))[0]
-        return RolloutStepper(Agent.from_config(cfg, engine, tools, engine=engine), prompt)
+        return view_of(Agent.from_config(cfg, engine, tools, engine=engine), prompt=prompt)  # a RolloutStepper
 
     def config(self) -> RunConfig:
         """The run's config: the driver's while it lives, else the one saved with the last checkpoint."""
@@ -360,10 +371,9 @@ class TrainingJob:
             )
 
     def dashboard(self, refresh_s: float = 2.0) -> Any:
-        """Live curves and the latest rollouts, refreshing in the background until the job ends."""
-        from rlfactory_nb.widgets.dashboard import TrainingDashboard
-
-        return TrainingDashboard(self, refresh_s=refresh_s)
+        """Live curves and the latest rollouts, refreshing in the background until the job ends (a
+        TrainingDashboard widget)."""
+        return view_of(self, refresh_s=refresh_s)
 
     def _ask(self, method: str, *args: Any) -> Any:
         """Call the driver, or None when there is none (gone, or too busy starting to answer)."""

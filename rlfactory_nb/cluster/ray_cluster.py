@@ -160,9 +160,10 @@ class Cluster:
         return engine_names()
 
     def view(self) -> Any:
-        from rlfactory_nb.widgets.cluster import ClusterView
+        """A notebook widget (ClusterView): nodes, resources, and the jobs running."""
+        from rlfactory_nb._views import view_of
 
-        return ClusterView(self)
+        return view_of(self)
 
     def shutdown(self) -> None:
         """Disconnect; a local cluster started by this kernel stops, with its jobs."""

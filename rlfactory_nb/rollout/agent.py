@@ -217,8 +217,6 @@ class AgentSession:
             metadata=dict(metadata or {}),
             id=(metadata or {}).get("id") or uuid.uuid4().hex[:12],
         )
-        # Not a dataclass field (never serialized): lets `traj.view()` decode its token strip.
-        self.trajectory._tokenizer = agent.tokenizer
         self.done = False
         self._lock: asyncio.Lock | None = None
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from rlfactory_nb._async import run_sync
+from rlfactory_nb._views import view_of
 from rlfactory_nb.config import ConfigError
 from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.cache import Recorded, ToolCache, cache_key
@@ -316,10 +317,8 @@ class ToolSet:
         return {"servers": servers, "cache": self.cache.stats() if self.cache is not None else None}
 
     def view(self) -> Any:
-        """A notebook widget (rlfactory_nb.widgets.ToolSetView): servers, schemas, a form to call a tool."""
-        from rlfactory_nb.widgets.tools import ToolSetView
-
-        return ToolSetView(self)
+        """A notebook widget (ToolSetView): servers, schemas, a form to call a tool."""
+        return view_of(self)
 
     def __repr__(self) -> str:
         tools = ", ".join(self._exposed) if self.started else "not started"

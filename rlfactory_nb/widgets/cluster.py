@@ -7,7 +7,9 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from rlfactory_nb.cluster.ray_cluster import Cluster
 from rlfactory_nb.widgets._base import StaticFallback, error_area, run_callback
+from rlfactory_nb.widgets.registry import register_view
 
 
 def resources_html(cluster: Any) -> str:
@@ -29,8 +31,9 @@ def resources_html(cluster: Any) -> str:
     )
 
 
+@register_view(Cluster)
 class ClusterView(StaticFallback, widgets.VBox):
-    def __init__(self, cluster: Any):
+    def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self.summary = widgets.HTML()
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")

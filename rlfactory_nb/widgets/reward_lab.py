@@ -1,226 +1,32 @@
-"""RewardLab: live samples scored by several reward functions side by side, before any training.
+"""RewardLabView (`lab.view()`): a RewardLab's warnings, per-sample table, score histograms, the
+advantages each sample would get, and any sample's trajectory.
 
-A reward that GRPO cannot learn from usually looks fine on one sample. It shows up across groups:
-every sample of a prompt scores the same (a zero-variance group: advantage 0, no gradient), a
-function returns one value whatever the model does, or the model never calls a tool, so a
-tool-based reward is constant. The lab samples `group_size` rollouts for each of a few prompts,
-scores them with every function, computes the advantages each sample would get in training, and
-says which of these traps the current setup falls into.
-
-The lab is a plain object (`sample`, `rescore`, `table`, `advantages`, `warnings`); `view()` draws
-it. After editing a reward function in a cell, `await lab.rescore(mine=mine)` scores the same
-rollouts again. Group rewards (`@rf.group_reward`) are scored once per prompt's group, as in training.
-
-The lab hands its reward to training: `rf.launch(cfg, cluster, reward=lab.reward("mine"))` in the
-same kernel, or `lab.save_reward(path, "mine")` and, in another kernel (notebook 03 after 02),
-`rf.RewardLab.load_reward(path)`.
+The lab itself (sampling, scoring, the table, the warnings) is rlfactory_nb/rewards/lab.py; this view
+only draws it, and redraws after every `lab.rescore`.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
-import torch
 
-from rlfactory_nb._async import run_sync
-from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
-from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
-from rlfactory_nb.rollout.agent import Agent
-from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.types import Sample, Trajectory
+from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.widgets._base import StaticFallback, figure_html
+from rlfactory_nb.widgets.controls import selector, set_options
+from rlfactory_nb.widgets.registry import register_view
 from rlfactory_nb.widgets.trajectory import TrajectoryView
 
-RewardFunctions = Callable[[Sample], Any] | Mapping[str, Callable[[Sample], Any]]
-
-
-class RewardLab:
-    def __init__(
-        self,
-        agent: Agent,
-        dataset: Sequence[dict[str, Any]] | str,
-        rewards: RewardFunctions,
-        group_size: int = 8,
-        scale_rewards: bool = True,
-        timeout_s: float = 60.0,
-    ):
-        if group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (advantages compare samples of one prompt), got {group_size}")
-        self.agent = agent
-        self.rows = _rows(dataset)
-        self.rewards = dict(rewards) if isinstance(rewards, Mapping) else {getattr(rewards, "__name__", "reward"): rewards}
-        self.group_size = group_size
-        self.scale_rewards = scale_rewards
-        self.timeout_s = timeout_s
-        self.groups: list[list[Trajectory]] = []
-        self.outcomes: list[list[RewardOutcome]] = []
-        self._views: list[RewardLabView] = []
-
-    # ------------------------------------------------------------------ sampling and scoring
-
-    async def sample(self, n_prompts: int = 8, start: int = 0) -> RewardLab:
-        """Roll out `group_size` samples for rows[start : start + n_prompts], then score them."""
-        rows = self.rows[start : start + n_prompts]
-        if not rows:
-            raise ValueError(f"no dataset rows in [{start}, {start + n_prompts}); the dataset has {len(self.rows)}")
-        self.groups = await rollout_groups(self.agent, rows, self.group_size)
-        return await self.rescore()
-
-    async def rescore(self, rewards: Mapping[str, Callable[[Sample], Any]] | None = None, **named: Callable[[Sample], Any]) -> RewardLab:
-        """Score the current rollouts again, after replacing or adding functions by name."""
-        self.rewards.update(rewards or {}, **named)
-        if not self.groups:
-            raise RuntimeError("no rollouts yet: `await lab.sample(n_prompts)` first")
-        runner = RewardRunner(self.rewards, on_error="zero", timeout_s=self.timeout_s)
-        self.outcomes = await runner.score_groups(
-            [[Sample.from_trajectory(traj) for traj in group] for group in self.groups]
-        )
-        for view in self._views:
-            view.refresh()
-        return self
-
-    # ------------------------------------------------------------------ handing over to training
-
-    def reward(self, *names: str) -> Callable[[Sample], Any] | dict[str, Callable[[Sample], Any]]:
-        """The lab's reward as `launch(..., reward=)` takes it: one function by name, or several as a
-        dict (the first trains, the others are logged); no names: all of them, the first training."""
-        unknown = [name for name in names if name not in self.rewards]
-        if unknown:
-            raise KeyError(f"the lab has no reward {unknown[0]!r}; it has {', '.join(self.rewards)}")
-        if len(names) == 1:
-            return self.rewards[names[0]]
-        return {name: self.rewards[name] for name in names or self.rewards}
-
-    def save_reward(self, path: str | Path, *names: str) -> Path:
-        """Write `reward(*names)` to `path` (pickled by value, as launch sends it) with its source
-        next to it (`path` with .py), for another kernel: `RewardLab.load_reward(path)`."""
-        from rlfactory_nb.train.objects import RunObjects, source_listing
-
-        objects = RunObjects.of(reward=self.reward(*names))
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(objects.dumps())
-        path.with_suffix(".py").write_text(source_listing(objects.functions()), encoding="utf-8")
-        return path
-
-    @staticmethod
-    def load_reward(path: str | Path, if_missing: Any = FileNotFoundError) -> Any:
-        """What `save_reward` wrote (it runs the pickled code: load only files you trust); when there
-        is no such file, `if_missing` (e.g. None: use the config's reward) unless it is the default."""
-        from rlfactory_nb.train.objects import RunObjects
-
-        if not Path(path).exists() and if_missing is not FileNotFoundError:
-            return if_missing
-        return RunObjects.loads(Path(path).read_bytes()).reward
-
-    def sample_sync(self, n_prompts: int = 8, start: int = 0) -> RewardLab:
-        return run_sync(self.sample(n_prompts, start))
-
-    def rescore_sync(self, rewards: Mapping[str, Callable[[Sample], Any]] | None = None, **named: Any) -> RewardLab:
-        return run_sync(self.rescore(rewards, **named))
-
-    # ------------------------------------------------------------------ what the samples say
-
-    @property
-    def names(self) -> list[str]:
-        return list(self.rewards)
-
-    def scores(self, name: str | None = None) -> torch.Tensor:
-        """(N prompts, G samples) scores of one function (default: the first); 0 where it failed."""
-        name = name or self.names[0]
-        return torch.tensor([[o.components.get(name, 0.0) for o in group] for group in self.outcomes])
-
-    def advantages(self, name: str | None = None) -> torch.Tensor:
-        """(N, G): the GRPO advantage each sample would get if `name` were the training reward."""
-        return group_advantages(self.scores(name), scale=self.scale_rewards)
-
-    def table(self) -> list[dict[str, Any]]:
-        """One row per sample: prompt, answer, ground truth, every score, advantage, tool use."""
-        advantages = self.advantages() if self.outcomes else None
-        rows = []
-        for p, (group, outcomes) in enumerate(zip(self.groups, self.outcomes)):
-            for s, (traj, outcome) in enumerate(zip(group, outcomes)):
-                sample = Sample.from_trajectory(traj)
-                rows.append(
-                    {
-                        "prompt": p,
-                        "sample": s,
-                        "question": sample.prompt[-1]["content"] if sample.prompt else "",
-                        "answer": sample.final_answer,
-                        "ground_truth": sample.ground_truth,
-                        **{name: outcome.components.get(name, 0.0) for name in self.names},
-                        "advantage": float(advantages[p, s]),
-                        "tool_calls": len(sample.tool_calls),
-                        "turns": sample.num_turns,
-                        "finish": sample.finish_reason,
-                        "errors": "; ".join(str(e) for e in outcome.errors),
-                    }
-                )
-        return rows
-
-    def warnings(self) -> list[str]:
-        """The traps this setup falls into (see the module docstring); empty when none."""
-        if not self.outcomes:
-            return []
-        found = []
-        trajectories = [traj for group in self.groups for traj in group]
-        if self.agent.tools is not None and not any(traj.tool_calls() for traj in trajectories):
-            found.append(
-                f"no tool call fired in {len(trajectories)} samples: the model never used a tool, so tool-based "
-                "rewards cannot vary (check the system prompt, the parser, or max_new_tokens)"
-            )
-        for name in self.names:
-            scores = self.scores(name)
-            if bool((scores == scores.flatten()[0]).all()):
-                found.append(f"reward {name!r} is {float(scores.flatten()[0]):g} for every sample: it never changes, so it teaches nothing")
-                continue
-            flat = zero_variance_groups(scores)
-            if bool(flat.any()):
-                found.append(
-                    f"reward {name!r}: {int(flat.sum())} of {len(flat)} groups have zero variance (all samples of the "
-                    "prompt score the same): their advantages are 0 and they are dropped from training"
-                )
-        failures = sum(len(o.errors) for group in self.outcomes for o in group)
-        if failures:
-            found.append(f"{failures} reward call(s) failed and scored 0; see the 'errors' column")
-        return found
-
-    def view(self) -> RewardLabView:
-        view = RewardLabView(self)
-        self._views.append(view)
-        return view
-
-
-def _rows(dataset: Sequence[dict[str, Any]] | str) -> list[dict[str, Any]]:
-    if isinstance(dataset, str):
-        from rlfactory_nb.train.data import load_rows
-
-        return load_rows(dataset)
-    return list(dataset)
-
-
-# ---------------------------------------------------------------------- the view
-
-
-def warnings_html(messages: list[str]) -> str:
-    if not messages:
-        return "<div style='color:#1b7f3b'>no warnings: every reward varies within some group</div>"
-    items = "".join(f"<li>{html.escape(m)}</li>" for m in messages)
-    return f"<div style='color:#b35c00'><b>warnings</b><ul class='rf-warnings'>{items}</ul></div>"
-
-
-def table_html(rows: list[dict[str, Any]]) -> str:
-    if not rows:
+def table_html(table: Any) -> str:
+    """A lab's table (a DataFrame) as a scrolling HTML table, long cells cut."""
+    if table.empty:
         return "<div>no samples yet</div>"
-    columns = list(rows[0])
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns) + "</tr>" for row in rows
+        "<tr>" + "".join(f"<td>{html.escape(_cell(value))}</td>" for value in row) + "</tr>"
+        for row in table.itertuples(index=False)
     )
     return f"<div style='max-height:320px;overflow:auto'><table class='rf-table'><tr>{head}</tr>{body}</table></div>"
 
@@ -229,6 +35,7 @@ def _cell(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)[:80]
 
 
+@register_view(RewardLab)
 class RewardLabView(StaticFallback, widgets.VBox):
     """Warnings, the per-sample table, score histograms, advantages, and any sample's trajectory."""
 
@@ -238,8 +45,8 @@ class RewardLabView(StaticFallback, widgets.VBox):
         self.table = widgets.HTML()
         self.histograms = go.FigureWidget(layout={"title": "scores by reward function", "barmode": "overlay", "height": 300})
         self.advantage_plot = go.FigureWidget(layout={"title": "GRPO advantage per sample", "height": 300, "xaxis": {"title": "prompt"}})
-        self.reward_choice = widgets.Dropdown(description="advantages of")
-        self.sample_choice = widgets.Dropdown(description="trajectory")
+        self.reward_choice = selector("advantages of reward")
+        self.sample_choice = selector("trajectory of sample")
         self.trajectory_area = widgets.Output()
         self.reward_choice.observe(lambda _: self._draw_advantages(), names=["value"])
         self.sample_choice.observe(lambda change: self._show_trajectory(change["new"]), names=["value"])
@@ -247,20 +54,25 @@ class RewardLabView(StaticFallback, widgets.VBox):
             [self.warnings, self.table, self.histograms, self.reward_choice, self.advantage_plot, self.sample_choice, self.trajectory_area]
         )
         self.add_class("rf-reward-lab")
+        lab.on_change(self.refresh)
         self.refresh()
 
     def refresh(self) -> None:
         lab = self.lab
-        self.warnings.value = warnings_html(lab.warnings())
+        self.warnings.value = lab.warnings()._repr_html_()
         self.table.value = table_html(lab.table())
         with self.histograms.batch_update():
             self.histograms.data = ()
             for name in lab.names if lab.outcomes else []:
                 self.histograms.add_histogram(x=lab.scores(name).flatten().tolist(), name=name, opacity=0.6)
-        self.reward_choice.options = lab.names
-        self.sample_choice.options = [
-            (f"prompt {p} sample {s}", (p, s)) for p, group in enumerate(lab.groups) for s in range(len(group))
-        ]
+        set_options(self.reward_choice, lab.names)
+        shown = self.sample_choice.value
+        set_options(
+            self.sample_choice,
+            [(f"prompt {p} sample {s}", (p, s)) for p, group in enumerate(lab.groups) for s in range(len(group))],
+        )
+        if self.sample_choice.value == shown:  # same choice, new rollouts: no change event to redraw it
+            self._show_trajectory(shown)
         self._draw_advantages()
 
     def static_html(self) -> str:

@@ -19,6 +19,7 @@ import ipywidgets as widgets
 from rlfactory_nb.rollout.agent import Agent, AgentSession
 from rlfactory_nb.types import Message, Trajectory, Turn
 from rlfactory_nb.widgets._base import StaticFallback, error_area, home_loop, run_callback
+from rlfactory_nb.widgets.registry import register_view
 from rlfactory_nb.widgets.trajectory import TrajectoryView
 
 
@@ -31,7 +32,11 @@ def as_messages(prompt: str | Sequence[Message] | dict[str, Any]) -> list[Messag
     return list(prompt)
 
 
+@register_view(Agent)
 class RolloutStepper(StaticFallback, widgets.VBox):
+    """One rollout of `agent` from `prompt`, a turn at a time; also the view a core module gets
+    for an agent: `view_of(agent, prompt=...)` (rlfactory_nb/_views.py)."""
+
     def __init__(self, agent: Agent, prompt: str | Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None):
         self.agent = agent
         self.messages = as_messages(prompt)

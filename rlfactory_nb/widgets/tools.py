@@ -13,8 +13,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from rlfactory_nb.tools.toolset import ToolSet
 from rlfactory_nb.types import ToolResult, ToolSpec
 from rlfactory_nb.widgets._base import StaticFallback, error_area, run_callback
+from rlfactory_nb.widgets.controls import FULL_LABEL, selector
+from rlfactory_nb.widgets.registry import register_view
 from rlfactory_nb.widgets.trajectory import STATUS_COLORS
 
 _PLACEHOLDERS = {"string": "", "integer": 0, "number": 0, "boolean": False, "array": [], "object": {}}
@@ -61,17 +64,18 @@ def result_html(result: ToolResult) -> str:
     )
 
 
+@register_view(ToolSet)
 class ToolSetView(StaticFallback, widgets.VBox):
     """Servers, tools, schemas, and a call form over a started ToolSet."""
 
-    def __init__(self, tools: Any):
+    def __init__(self, tools: ToolSet):
         self.tools = tools
         self.history: list[ToolResult] = []
         names = tools.names
         self.servers = widgets.HTML(servers_html(tools))
         self.specs = widgets.HTML("".join(spec_html(spec) for spec in tools.specs))
-        self.tool = widgets.Dropdown(options=names, description="tool")
-        self.arguments = widgets.Textarea(description="arguments", layout=widgets.Layout(width="60%", height="80px"))
+        self.tool = selector("tool", names)
+        self.arguments = widgets.Textarea(description="arguments (JSON)", style=FULL_LABEL, layout=widgets.Layout(width="60%", height="80px"))
         self.call_button = widgets.Button(description="Call", icon="play", button_style="primary")
         self.result = widgets.HTML()
         self.latencies = widgets.HTML()

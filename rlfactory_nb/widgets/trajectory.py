@@ -6,7 +6,7 @@ policy, trained) and grey where it is 0 (template and tool tokens, masked); hove
 its id and, for trained tokens, the engine's logprob. A toggle shows the drift check's verdict.
 
 The HTML builders are plain functions, so the same views render in tests, in exported HTML, and in
-the widget. `traj.view()` is `TrajectoryView(traj)`.
+the widget. `traj.view(tokenizer)` is `TrajectoryView(traj, tokenizer)`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import ipywidgets as widgets
 from rlfactory_nb.rollout.display import MASKED_COLOR, TRAINED_COLOR
 from rlfactory_nb.types import Trajectory, Turn
 from rlfactory_nb.widgets._base import StaticFallback
+from rlfactory_nb.widgets.registry import register_view
 
 STATUS_COLORS = {"ok": "#1b7f3b", "error": "#b00020", "timeout": "#b35c00", "invalid_args": "#b00020", "unknown_tool": "#b00020"}
 _STYLE = f"""<style>
@@ -30,11 +31,6 @@ _STYLE = f"""<style>
 .rf-turn pre {{ margin: 2px 0; white-space: pre-wrap; }}
 .rf-table td, .rf-table th {{ padding: 2px 8px; text-align: left; }}
 </style>"""
-
-
-def tokenizer_of(traj: Trajectory) -> Any:
-    """The tokenizer of the agent that produced `traj`, when it is known (not for loaded files)."""
-    return getattr(traj, "_tokenizer", None)
 
 
 def summary_html(traj: Trajectory) -> str:
@@ -102,9 +98,10 @@ def token_strip_html(traj: Trajectory, tokenizer: Any = None) -> str:
             title = f"id {token_id}, masked"
         kind = "rf-trained" if mask else "rf-masked"
         spans.append(f"<span class='rf-token {kind}' title='{title}'>{shown}</span>")
+    hint = "" if tokenizer is not None else " &middot; token ids shown: pass a tokenizer to decode them, <code>traj.view(policy.tokenizer)</code>"
     legend = (
         "<div><span class='rf-token rf-trained'>trained (loss mask 1)</span> "
-        "<span class='rf-token rf-masked'>masked (loss mask 0)</span></div>"
+        f"<span class='rf-token rf-masked'>masked (loss mask 0)</span>{hint}</div>"
     )
     return f"{legend}<div class='rf-strip'>{''.join(spans)}</div>"
 
@@ -154,8 +151,10 @@ def view_html(traj: Trajectory, tokenizer: Any = None) -> str:
     return f"{_STYLE}<div>{summary_html(traj)}</div>{prompt_html(traj)}{turns}{token_strip_html(traj, tokenizer)}"
 
 
+@register_view(Trajectory)
 class TrajectoryView(StaticFallback, widgets.VBox):
-    """A widget over one trajectory; `update(traj)` redraws it (the stepper calls it after each turn)."""
+    """A widget over one trajectory; `update(traj)` redraws it (the stepper calls it after each turn).
+    `tokenizer` decodes the token strip; without one it shows token ids."""
 
     def __init__(self, trajectory: Trajectory, tokenizer: Any = None):
         self.tokenizer = tokenizer
@@ -171,16 +170,14 @@ class TrajectoryView(StaticFallback, widgets.VBox):
 
     def update(self, trajectory: Trajectory) -> None:
         self.trajectory = trajectory
-        tokenizer = self.tokenizer or tokenizer_of(trajectory)
         turns = "".join(turn_html(i, turn) for i, turn in enumerate(trajectory.turns, 1))
         self.summary.value = f"{_STYLE}<div>{summary_html(trajectory)}</div>"
         self.turns.value = f"{_STYLE}{prompt_html(trajectory)}{turns}"
-        self.strip.value = f"{_STYLE}{token_strip_html(trajectory, tokenizer)}"
-        self.drift.value = drift_html(trajectory, tokenizer)
+        self.strip.value = f"{_STYLE}{token_strip_html(trajectory, self.tokenizer)}"
+        self.drift.value = drift_html(trajectory, self.tokenizer)
 
     def static_html(self) -> str:
-        tokenizer = self.tokenizer or tokenizer_of(self.trajectory)
-        return view_html(self.trajectory, tokenizer) + drift_html(self.trajectory, tokenizer)
+        return view_html(self.trajectory, self.tokenizer) + drift_html(self.trajectory, self.tokenizer)
 
     def _toggle_drift(self, change: dict[str, Any]) -> None:
         self.drift.layout.display = "block" if change["new"] else "none"

@@ -1,10 +1,9 @@
-"""RewardLab: scores side by side, GRPO advantages per group, and the warnings that matter."""
-
-import pytest
-import torch
+"""RewardLabView: draws the lab (rewards/lab.py), redraws after a rescore, and opens with every
+selector labelled in full and a choice made."""
 
 from rlfactory_nb.rewards import exact_match
-from rlfactory_nb.widgets.reward_lab import RewardLab
+from rlfactory_nb.rewards.lab import RewardLab
+from rlfactory_nb.widgets.reward_lab import RewardLabView
 
 from .conftest import CALL, scripted_agent
 
@@ -14,83 +13,33 @@ ROWS = [
 ]
 
 
-class Alternating:
-    """Replies that differ within a group: every other sample answers right, the others wrong."""
-
-    def __init__(self, tokenizer):
-        from rollout.scripted import ScriptedEngine
-
-        self.count = 0
-        self.right = ScriptedEngine(tokenizer, {"2+3": ["<answer>5</answer>"], "4+4": ["<answer>8</answer>"]})
-        self.wrong = ScriptedEngine(tokenizer, {"?": ["<answer>0</answer>"]})
-
-    async def generate(self, prompt_ids, sampling):
-        self.count += 1
-        return await (self.right if self.count % 2 else self.wrong).generate(prompt_ids, sampling)
+def used_tool(sample):
+    return float(bool(sample.tool_results))
 
 
-def constant(sample):
-    return 1.0
-
-
-async def test_scores_advantages_and_warnings(tokenizer, tools):
-    agent = scripted_agent(tokenizer, tools, {})
-    agent._engine = Alternating(tokenizer)
-    lab = RewardLab(agent, ROWS, rewards={"em": exact_match, "constant": constant}, group_size=4)
-    await lab.sample(n_prompts=2)
-    scores = lab.scores("em")
-    assert scores.shape == (2, 4) and scores.sum() == 4  # half right in every group
-    advantages = lab.advantages("em")
-    assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-5) and (advantages.abs() > 0.9).all()
-    assert lab.advantages("constant").abs().sum() == 0
-    warnings = lab.warnings()
-    assert any("'constant' is 1 for every sample" in w for w in warnings)
-    assert any("no tool call fired" in w for w in warnings)
-    assert not any("'em'" in w for w in warnings)
-    rows = lab.table()
-    assert len(rows) == 8 and {"em", "constant", "advantage", "answer", "ground_truth"} <= set(rows[0])
-
-
-async def test_rescore_uses_the_edited_function_on_the_same_rollouts(tokenizer, tools):
+async def test_the_view_opens_with_choices_made_and_redraws_after_a_rescore(tokenizer, tools):
     agent = scripted_agent(tokenizer, tools, {"+": [CALL.format(a=2, b=3), "<answer>5</answer>"]})
-    lab = RewardLab(agent, ROWS, rewards={"em": exact_match}, group_size=2)
+    lab = RewardLab(agent, ROWS, rewards={"em": exact_match, "used_tool": used_tool}, group_size=2)
     await lab.sample(n_prompts=2)
     view = lab.view()
-    rollouts = [traj.id for group in lab.groups for traj in group]
-    assert any("zero variance" in w for w in lab.warnings()) and not any("no tool call" in w for w in lab.warnings())
+    assert isinstance(view, RewardLabView)
+    for choice in (view.reward_choice, view.sample_choice):
+        assert choice.style.description_width == "initial" and choice.value is not None
+    assert view.reward_choice.value == "em" and view.sample_choice.value == (0, 0)
+    assert len(view.advantage_plot.data) == 1  # drawn before anyone picks
+    assert "<td>prompt</td>" not in view.table.value and "<th>used_tool</th>" in view.table.value
+    view.reward_choice.value = "used_tool"
 
     def em(sample):
         raise KeyError("answer")
 
     await lab.rescore(em=em)
-    assert [traj.id for group in lab.groups for traj in group] == rollouts
-    assert lab.scores("em").sum() == 0 and any("failed and scored 0" in w for w in lab.warnings())
-    assert "KeyError" in lab.table()[0]["errors"]
     assert "failed and scored 0" in view.warnings.value  # open views redraw after a rescore
+    assert view.reward_choice.value == "used_tool"  # a choice the user made survives the redraw
     assert len(view.sample_choice.options) == 4 and "<svg" in view.static_html()
 
 
-def test_group_size_one_is_refused(tokenizer):
-    with pytest.raises(ValueError, match="group_size"):
-        RewardLab(scripted_agent(tokenizer, None, {}), ROWS, rewards=exact_match, group_size=1)
-
-
-def test_the_lab_hands_its_reward_to_training_and_to_another_kernel(tmp_path):
-    from rlfactory_nb.rewards import exact_match, group_reward
-
-    def mine(sample):
-        return 0.5
-
-    @group_reward
-    def ranked(samples):
-        return [float(i) for i in range(len(samples))]
-
-    lab = RewardLab(agent=None, dataset=[], rewards={"em": exact_match, "mine": mine, "ranked": ranked})
-    assert lab.reward("mine") is mine and list(lab.reward("mine", "em")) == ["mine", "em"]
-    assert list(lab.reward()) == ["em", "mine", "ranked"]
-    with pytest.raises(KeyError, match="no reward 'nope'"):
-        lab.reward("nope")
-    path = lab.save_reward(tmp_path / "chosen.pkl", "mine", "ranked")
-    loaded = RewardLab.load_reward(path)
-    assert loaded["mine"](None) == 0.5 and loaded["ranked"].group_reward is True
-    assert "def mine" in path.with_suffix(".py").read_text()
+def test_an_empty_lab_draws_without_choices(tokenizer):
+    view = RewardLabView(RewardLab(scripted_agent(tokenizer, None, {}), ROWS, rewards={"em": exact_match}))
+    assert view.sample_choice.value is None and view.reward_choice.value == "em"
+    assert "no samples yet" in view.table.value and not view.advantage_plot.data

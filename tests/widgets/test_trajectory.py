@@ -23,12 +23,13 @@ async def test_token_strip_classes_follow_the_loss_mask(tokenizer, tools):
     assert "logprob -0.500" in strip and "<tool_response>" not in strip  # escaped, never raw HTML
 
 
-async def test_view_decodes_with_the_agent_tokenizer_and_survives_a_json_round_trip(tokenizer, tools):
+async def test_view_decodes_with_the_tokenizer_it_is_given_and_survives_a_json_round_trip(tokenizer, tools):
     traj = await rolled_out(tokenizer, tools)
-    view = traj.view()
+    view = traj.view(tokenizer)
     assert "&lt;|im_end|&gt;" in view.strip.value and "add" in view.turns.value and "ok" in view.turns.value
+    assert not hasattr(traj, "_tokenizer")  # nothing hidden on the record: the tokenizer is passed
     loaded = Trajectory.from_dict(traj.to_dict())
-    assert f">[{traj.response_ids[0]}]<" in TrajectoryView(loaded).strip.value  # no tokenizer known: ids shown
+    assert f">[{traj.response_ids[0]}]<" in TrajectoryView(loaded).strip.value  # no tokenizer: ids shown
     assert "&lt;|im_end|&gt;" in TrajectoryView(loaded, tokenizer).static_html()
 
 

@@ -1,0 +1,117 @@
+"""RewardLab: scores side by side, GRPO advantages per group, the warnings that matter, and the
+reward handed to training. Its view is tested in tests/widgets/test_reward_lab.py."""
+
+import pandas as pd
+import pytest
+import torch
+from rollout.scripted import ScriptedEngine  # tests/ is on sys.path (rootdir-relative packages)
+from widgets.conftest import CALL, add, scripted_agent
+
+from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.rewards import exact_match, group_reward
+from rlfactory_nb.rewards.lab import LabWarnings, RewardLab
+from rlfactory_nb.tools import ToolSet
+
+ROWS = [
+    {"messages": [{"role": "user", "content": "What is 2+3?"}], "ground_truth": "5"},
+    {"messages": [{"role": "user", "content": "What is 4+4?"}], "ground_truth": "8"},
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture
+async def tools():
+    async with ToolSet.from_functions(add) as toolset:
+        yield toolset
+
+
+class Alternating:
+    """Replies that differ within a group: every other sample answers right, the others wrong."""
+
+    def __init__(self, tokenizer):
+        self.count = 0
+        self.right = ScriptedEngine(tokenizer, {"2+3": ["<answer>5</answer>"], "4+4": ["<answer>8</answer>"]})
+        self.wrong = ScriptedEngine(tokenizer, {"?": ["<answer>0</answer>"]})
+
+    async def generate(self, prompt_ids, sampling):
+        self.count += 1
+        return await (self.right if self.count % 2 else self.wrong).generate(prompt_ids, sampling)
+
+
+def constant(sample):
+    return 1.0
+
+
+async def test_scores_advantages_warnings_and_the_table(tokenizer, tools):
+    agent = scripted_agent(tokenizer, tools, {})
+    agent._engine = Alternating(tokenizer)
+    lab = RewardLab(agent, ROWS, rewards={"em": exact_match, "constant": constant}, group_size=4)
+    assert lab.table().empty and list(lab.table().columns)[-1] == "errors" and lab.warnings() == []
+    await lab.sample(n_prompts=2)
+    scores = lab.scores("em")
+    assert scores.shape == (2, 4) and scores.sum() == 4  # half right in every group
+    advantages = lab.advantages("em")
+    assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-5) and (advantages.abs() > 0.9).all()
+    assert lab.advantages("constant").abs().sum() == 0
+    warnings = lab.warnings()
+    assert any("'constant' is 1 for every sample" in w for w in warnings)
+    assert any("no tool call fired" in w for w in warnings)
+    assert not any("'em'" in w for w in warnings)
+    table = lab.table()
+    assert isinstance(table, pd.DataFrame) and len(table) == 8
+    assert {"em", "constant", "advantage", "answer", "ground_truth"} <= set(table.columns)
+    assert table.groupby("prompt")["em"].sum().tolist() == [2.0, 2.0]
+
+
+def test_warnings_read_as_a_list_and_stay_strings():
+    warnings = LabWarnings(["reward 'x' is 1 for every sample", "a <b> tag"])
+    assert warnings == ["reward 'x' is 1 for every sample", "a <b> tag"] and all(isinstance(w, str) for w in warnings)
+    assert repr(warnings) == "- reward 'x' is 1 for every sample\n- a <b> tag"
+    assert "<li>a &lt;b&gt; tag</li>" in warnings._repr_html_()
+    assert repr(LabWarnings()).startswith("no warnings")
+
+
+async def test_rescore_uses_the_edited_function_on_the_same_rollouts(tokenizer, tools):
+    agent = scripted_agent(tokenizer, tools, {"+": [CALL.format(a=2, b=3), "<answer>5</answer>"]})
+    lab = RewardLab(agent, ROWS, rewards={"em": exact_match}, group_size=2)
+    await lab.sample(n_prompts=2)
+    rescored = []
+    lab.on_change(lambda: rescored.append(True))
+    rollouts = [traj.id for group in lab.groups for traj in group]
+    assert any("zero variance" in w for w in lab.warnings()) and not any("no tool call" in w for w in lab.warnings())
+
+    def em(sample):
+        raise KeyError("answer")
+
+    await lab.rescore(em=em)
+    assert [traj.id for group in lab.groups for traj in group] == rollouts and rescored == [True]
+    assert lab.scores("em").sum() == 0 and any("failed and scored 0" in w for w in lab.warnings())
+    assert "KeyError" in lab.table()["errors"][0]
+
+
+def test_group_size_one_is_refused(tokenizer):
+    with pytest.raises(ValueError, match="group_size"):
+        RewardLab(scripted_agent(tokenizer, None, {}), ROWS, rewards=exact_match, group_size=1)
+
+
+def test_the_lab_hands_its_reward_to_training_and_to_another_kernel(tmp_path):
+    def mine(sample):
+        return 0.5
+
+    @group_reward
+    def ranked(samples):
+        return [float(i) for i in range(len(samples))]
+
+    lab = RewardLab(agent=None, dataset=[], rewards={"em": exact_match, "mine": mine, "ranked": ranked})
+    assert lab.reward("mine") is mine and list(lab.reward("mine", "em")) == ["mine", "em"]
+    assert list(lab.reward()) == ["em", "mine", "ranked"]
+    with pytest.raises(KeyError, match="no reward 'nope'"):
+        lab.reward("nope")
+    path = lab.save_reward(tmp_path / "chosen.pkl", "mine", "ranked")
+    loaded = RewardLab.load_reward(path)
+    assert loaded["mine"](None) == 0.5 and loaded["ranked"].group_reward is True
+    assert "def mine" in path.with_suffix(".py").read_text()
