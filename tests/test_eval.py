@@ -42,3 +42,9 @@ def test_compare_gives_deltas_and_changed_prompts():
     assert comparison.deltas()["tool_call_rate"] == 0
     assert [new.index for new, _ in comparison.changed()] == [0]
     assert "+0.333" in comparison._repr_html_()
+    table = comparison.new.table()
+    assert list(table.columns) == ["index", "question", "ground_truth", "sampled_answer", "sampled_reward", "greedy_answer", "greedy_reward", "tool_calls"]
+    assert table["sampled_reward"].tolist() == [1.0, 1.0, 0.0]
+    summary = comparison.table()
+    assert list(summary.index) == ["base", "trained", "change"]
+    assert summary.loc["change", "sampled_reward"] == pytest.approx(1 / 3)

@@ -37,9 +37,13 @@ def test_logs_tail_and_missing_files(tmp_path):
 def test_attach_offline_reads_the_folder_and_wait_reports_failure(tmp_path):
     run = tmp_path / "broken"
     RunFolder(run).write_status(state="failed", step=3, steps=10, error="Traceback ...\nValueError: boom")
-    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+    rows = [{"step": 1, "reward/mean": 0.5}, {"step": 2, "reward/mean": 0.75, "eval/greedy_reward/mean": 0.25}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     job = TrainingJob.attach("broken", output_dir=tmp_path)
     assert job.status == "failed" and job.done and job.metrics()[0]["reward/mean"] == 0.5
+    frame = job.metrics_frame()  # a step that lacks a metric has NaN there
+    assert frame.index.name == "step" and frame.loc[2, "reward/mean"] == 0.75
+    assert frame["eval/greedy_reward/mean"].isna().tolist() == [True, False]
     with pytest.raises(JobFailed, match="ValueError: boom"):
         job.wait(timeout_s=1)
     assert job.wait(timeout_s=1, raise_on_failure=False) == "failed"
