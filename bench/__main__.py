@@ -30,6 +30,7 @@ ORDER = (
     "engines",
     "grpo_step",
     "memory",
+    "async_training",
     "learning",
     "learning_options",
 )

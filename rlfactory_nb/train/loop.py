@@ -38,7 +38,6 @@ from tqdm.auto import tqdm
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.config_schema import ConfigError
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.policy import Policy, resolve_device
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
@@ -47,6 +46,7 @@ from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.runtime import ExtraTools, build_tools
 from rlfactory_nb.train import checkpoint as ckpt
+from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
 from rlfactory_nb.train.data import PromptOrder, load_rows
 from rlfactory_nb.train.metrics import (
@@ -147,7 +147,7 @@ class Trainer:
             await self.backend.sync_weights(self.step)
         self.engine = VersionedEngine(self.backend.engine, self.step)
         self.agent = self._agent(cfg.rollout.temperature)
-        self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, _uses_ray(cfg))
+        self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, uses_ray(cfg))
         log.info("%s: %s", cfg.name, mode)
         self.pipeline = RolloutPipeline(self._draw, self.max_staleness, self.step, cfg.grpo.steps)
         self._mark = (time.perf_counter(), 0.0)
@@ -351,7 +351,9 @@ class Trainer:
                 started = time.perf_counter()
                 row = await self.step_once()
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
+                    evaluated = time.perf_counter()
                     row.update(await self.evaluate())
+                    row["time/eval_s"] = time.perf_counter() - evaluated
                 row["time/step_s"] = time.perf_counter() - started  # now including the eval
                 # The row goes to disk before the checkpoint: a crash in between re-runs the step and
                 # truncate_after drops this row, so the metrics keep each step exactly once.
@@ -376,42 +378,6 @@ class Trainer:
             await self.backend.close()
         if self.tools is not None:
             await self.tools.stop()
-
-
-def make_backend(
-    cfg: RunConfig,
-    policy: Policy,
-    optimizer_state: dict[str, Any] | None,
-    reference: torch.nn.Module | None,
-    version: int = 0,
-) -> Any:
-    """The local backend (one process) or Ray workers, as cluster.backend says (see ClusterConfig);
-    its engines start with weights `version` (the step the run starts from)."""
-    if _uses_ray(cfg):
-        from rlfactory_nb.train.workers import RayBackend
-
-        return RayBackend(cfg, policy, optimizer_state, reference, version)
-    from rlfactory_nb.train.local import LocalBackend
-
-    return LocalBackend(cfg, policy, optimizer_state, reference, version)
-
-
-def check_engine_kind(kind: str) -> None:
-    """model.engine names a registered engine (`rlfactory_nb.engines.register_engine`)."""
-    from rlfactory_nb.engines import engine_traits
-
-    try:
-        engine_traits(kind)
-    except ValueError as error:
-        raise ConfigError([f"model.engine: {error}"]) from None
-
-
-def _uses_ray(cfg: RunConfig) -> bool:
-    cluster = cfg.cluster.layout()
-    return cluster.backend == "ray" or (
-        cluster.backend == "auto"
-        and (cluster.num_workers > 1 or cluster.num_engines > 1 or cluster.address is not None)
-    )
 
 
 async def train(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ def check_versions(trajectories: Sequence[Trajectory], trained_version: int, bou
     weights the trainer has not made yet, or lie more than `bound` versions behind."""
     for traj in trajectories:
         versions = _versions(traj)
-        if any(later < earlier for earlier, later in zip(versions, versions[1:])):
+        if any(later < earlier for earlier, later in itertools.pairwise(versions)):
             raise StaleSamples(
                 f"step {step}: trajectory {traj.id} was sampled by weights versions {versions}, which go "
                 "backwards: an engine restarted with older weights. Resume from the last checkpoint."

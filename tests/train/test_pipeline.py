@@ -224,7 +224,9 @@ async def test_an_engine_that_lost_its_weights_stops_the_run(make_cfg, monkeypat
 
     async def as_if_restarted(prompt_ids, sampling):  # an actor back with its first weights
         generation = await original(prompt_ids, sampling)
-        return Generation(generation.token_ids, generation.logprobs, generation.finish_reason, policy_version=0)
+        return Generation(
+            generation.token_ids, generation.logprobs, generation.finish_reason, policy_version=0
+        )
 
     monkeypatch.setattr(inner, "generate", as_if_restarted)
     try:

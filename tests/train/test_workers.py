@@ -54,6 +54,7 @@ async def test_data_parallel_workers_update_like_one_process_and_the_engine_foll
         with torch.no_grad():
             expected = token_logprobs(model_with(first)(input_ids=ids).logits, ids)[0, len(prompt) :]
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+        assert generation.policy_version == trainer.engine.sent_version  # the actor knows its weights
 
         # one data-parallel update equals the same update in one process (gradient weighting is exact)
         optimizer_state = await trainer.backend.optimizer_state()
@@ -100,11 +101,47 @@ async def test_broadcast_weight_sync_reaches_every_engine_and_colocated_engines_
                 expected = token_logprobs(trained(input_ids=ids).logits, ids)[0, len(prompt) :]
                 stale = token_logprobs(initial(input_ids=ids).logits, ids)[0, len(prompt) :]
             engine_logprobs = torch.tensor(generation.logprobs)
+            assert generation.policy_version == trainer.engine.sent_version
             assert torch.allclose(engine_logprobs, expected, atol=1e-4)
             assert not torch.allclose(engine_logprobs, stale, atol=1e-3), "the engine kept old weights"
     finally:
         await trainer.close()
         ray.shutdown()
+
+
+async def test_asynchronous_steps_on_ray_train_on_samples_at_most_one_version_old(make_cfg):
+    """max_staleness 1 with a broadcast sync: the engine actor generates step s+1 while the worker
+    updates step s, takes the weights between its batches, and reports the version it holds."""
+    ray = pytest.importorskip("ray")
+    from rlfactory_nb.train.metrics import read_metrics
+    from rlfactory_nb.types import load_jsonl
+
+    cfg = make_cfg(
+        grpo__steps=3,
+        grpo__max_staleness=1,
+        grpo__truncate_ratio=2.0,
+        grpo__trajectories_per_step=-1,
+        cluster__backend="ray",
+        cluster__num_workers=1,
+        cluster__num_engines=1,
+        cluster__weight_sync="broadcast",
+        cluster__cpus_per_worker=0.5,
+        cluster__object_store_memory_gb=0.3,
+    )
+    trainer = await Trainer(cfg).start()
+    try:
+        await trainer.run()
+        generation = await trainer.backend.engine.generate([1, 2, 3], SamplingParams(max_new_tokens=2))
+        assert generation.policy_version == trainer.engine.sent_version > 0
+    finally:
+        await trainer.close()
+        ray.shutdown()
+    rows = read_metrics(cfg.run_dir)
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    assert max(row["async/staleness_max"] for row in rows) == 1
+    for step in (1, 2, 3):
+        for saved in load_jsonl(cfg.run_dir / "trajectories" / f"step_{step:06d}.jsonl"):
+            assert all(step - 2 <= turn.policy_version <= step - 1 for turn in saved.turns)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
