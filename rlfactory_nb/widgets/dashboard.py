@@ -36,6 +36,11 @@ class Panel:
     stacked: bool = False
     empty_note: str = "no data yet"
 
+    @property
+    def legend(self) -> bool:
+        """Whether the panel names its series: it may draw more than one."""
+        return len(self.keys) > 1 or self.keys[0].endswith("/")
+
 
 PANELS = (
     Panel("reward", ("reward/mean", "reward/", "eval/sampled_reward/mean", "eval/greedy_reward/mean")),
@@ -53,6 +58,7 @@ PANELS = (
 )
 COLUMNS = 3
 GRID_ROWS = -(-len(PANELS) // COLUMNS)
+WIDTH_PX = 1100
 ROW_HEIGHT_PX = 330
 GAP_PX = 95
 """between grid rows: tick labels, a two-line legend, the next panel's title"""
@@ -111,7 +117,7 @@ def panel_chart(panel: Panel, rows: list[dict[str, Any]]) -> Chart:
         Series(label(key), tuple(steps), tuple(values), "bar" if panel.stacked else "line")
         for key, (steps, values) in panel_series(panel, rows).items()
     )
-    return Chart(panel.title, series, barmode="stack", integer_x=True, empty_note=panel.empty_note)
+    return Chart(panel.title, series, barmode="stack", integer_x=True, empty_note=panel.empty_note, legend=panel.legend)
 
 
 def step_tick(last_step: int, target: int = 6) -> int:
@@ -140,6 +146,11 @@ def rollout_order(trajectories: list[Trajectory]) -> list[Trajectory]:
     return sorted(trajectories, key=key)
 
 
+def _button_layout(**options: Any) -> widgets.Layout:
+    """As wide as the button's label, never squeezed by the status text beside it."""
+    return widgets.Layout(width="auto", flex="0 0 auto", **options)
+
+
 class TrainingDashboard(StaticFallback, widgets.VBox):
     def __init__(self, job: Any, refresh_s: float = 2.0, autostart: bool = True):
         self.job = job
@@ -147,11 +158,11 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         self.status = widgets.HTML()
         self.figure = self._empty_figure()
         self._titles = tuple(self.figure.layout.annotations)
-        self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
-        self.stop_button = widgets.Button(description="Stop job", icon="stop", button_style="warning")
+        self.refresh_button = widgets.Button(description="Refresh", icon="refresh", layout=_button_layout())
+        self.stop_button = widgets.Button(description="Stop job", icon="stop", button_style="warning", layout=_button_layout())
         self.stepper_button = widgets.Button(
             description="Step through a rollout with current weights", icon="step-forward",
-            layout=widgets.Layout(width="auto", display=None if hasattr(job, "stepper") else "none"),
+            layout=_button_layout(display=None if hasattr(job, "stepper") else "none"),
         )
         self.trajectory_choice = widgets.Dropdown(
             description="rollout", options=[], layout=widgets.Layout(width="auto", min_width="480px"),
@@ -192,7 +203,7 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
                 "x": x_domain[0], "y": y_domain[0] - 24 / plot_height, "xanchor": "left", "yanchor": "top",
                 "orientation": "h", "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)",
             }
-        figure.update_layout(height=height, barmode="stack", margin=margin, **legends)
+        figure.update_layout(width=WIDTH_PX, height=height, barmode="stack", margin=margin, **legends)
         figure.update_xaxes(tickformat="d", tickmode="linear", tick0=0, dtick=1)
         return figure
 
@@ -222,7 +233,7 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
                 series = panel_series(panel, rows)
                 legend = "legend" if index == 0 else f"legend{index + 1}"
                 for key, (steps, values) in series.items():
-                    common = {"x": steps, "y": values, "name": label(key), "legend": legend, "showlegend": len(series) > 1}
+                    common = {"x": steps, "y": values, "name": label(key), "legend": legend, "showlegend": panel.legend}
                     trace = go.Bar(**common) if panel.stacked else go.Scatter(mode="lines+markers", **common)
                     self.figure.add_trace(trace, row=row + 1, col=col + 1)
                 if not series:

@@ -48,6 +48,8 @@ class Chart:
     """ticks on whole numbers only (training steps)"""
     y_range: tuple[float, float] | None = None
     empty_note: str = "no data yet"
+    legend: bool | None = None
+    """None: a legend when there are two series or more"""
 
 
 def nice_ticks(low: float, high: float, target: int = 5, integer: bool = False) -> list[float]:
@@ -63,9 +65,10 @@ def nice_ticks(low: float, high: float, target: int = 5, integer: bool = False) 
     if high < low:
         low, high = high, low
     if high == low:
-        high, low = (high + 1, low - 1) if not integer else (high, low)
         if integer:
             return [int(low)]
+        pad = abs(high) * 0.1 or 1.0  # a constant learning rate of 3e-4 still shows its value
+        low, high = low - pad, high + pad
     raw = (high - low) / max(target, 1)
     step = 10 ** math.floor(math.log10(raw))
     for factor in (1, 2, 5, 10):
@@ -297,7 +300,7 @@ def _histogram_series(traces: list[Any], trace: Any, bins: int = 12) -> list[Ser
 
 def _legend_rows(chart: Chart, width: int) -> list[list[tuple[float, str, str]]]:
     """(x, name, colour) per legend entry, wrapped into rows; no legend for a single series."""
-    if len(chart.series) < 2:
+    if not (chart.legend if chart.legend is not None else len(chart.series) > 1):
         return []
     rows: list[list[tuple[float, str, str]]] = [[]]
     x = 8.0

@@ -2,8 +2,11 @@
 
 Opens notebook 01 (a copy: JupyterLab autosaves outputs), runs all cells, and checks what a user
 sees: the stepper widget renders, "Next turn" adds a turn, and the token strip shows trained and
-masked tokens. A screenshot is kept in $RLFACTORY_NB_ARTIFACTS (default runs/test-artifacts).
-`scripts/install_browser.sh` installs what it needs; without it the test skips and says why.
+masked tokens. Opens the dashboard of notebook 03's finished run live, and the HTML exports of the
+executed notebooks with the network off (every request but file:// aborted): the token strip and the
+plots must show without it. Screenshots (one of the dashboard) are kept in $RLFACTORY_NB_ARTIFACTS
+(default runs/test-artifacts). `scripts/install_browser.sh` installs what it needs; without it the
+tests skip and say why.
 """
 
 import os
@@ -16,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from rlfactory_nb.notebooks_run import notebooks_dir
@@ -24,6 +28,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 NOTEBOOK = "01_setup_tools.ipynb"
+ARTIFACTS = Path(os.environ.get("RLFACTORY_NB_ARTIFACTS", ROOT / "runs" / "test-artifacts"))
 
 
 def free_port():
@@ -33,13 +38,27 @@ def free_port():
 
 
 @pytest.fixture
-def jupyterlab(tmp_path, tiny_policy):  # the preset is built before the browser waits on it
+def chromium():
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: run scripts/install_browser.sh (apt-get install chromium)")
-    pytest.importorskip("playwright.sync_api", reason="the playwright package is missing: pip install -e .[dev]")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing: pip install -e .[dev]")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def jupyterlab(tmp_path, tiny_policy, chromium):
+    """The URL of notebook 01's copy in a fresh JupyterLab rooted at `tmp_path` (the preset is built
+    before the browser waits on it)."""
     shutil.copy(notebooks_dir() / NOTEBOOK, tmp_path / NOTEBOOK)
     port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "RLFACTORY_NB_EXAMPLES": str(ROOT)}
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')  # no news toast over the page
+    env = {**os.environ, "RLFACTORY_NB_EXAMPLES": str(ROOT), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings")}
     log = (tmp_path / "jupyter.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
@@ -81,43 +100,98 @@ def choose_kernel(page):
     dialog.get_by_role("button", name="Select").click()
 
 
-def test_notebook_01_renders_the_stepper_and_the_token_strip(jupyterlab):
-    from playwright.sync_api import expect, sync_playwright
+def run_all_cells(page, url):
+    from playwright.sync_api import expect
 
-    artifacts = Path(os.environ.get("RLFACTORY_NB_ARTIFACTS", ROOT / "runs" / "test-artifacts"))
-    artifacts.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(jupyterlab)
-            page.locator(".jp-Notebook").wait_for(timeout=60_000)
-            choose_kernel(page)
-            expect(page.locator(".jp-StatusBar-Widget", has_text="Idle").first).to_be_visible(timeout=60_000)
-            page.locator("li.lm-MenuBar-item", has_text="Run").first.click()
-            page.locator(".lm-Menu-content").get_by_text("Run All Cells", exact=True).click()
-            stepper = page.locator(".rf-rollout-stepper").first
-            expect(stepper).to_be_visible(timeout=180_000)
-            expect(stepper).to_contain_text("ended:", timeout=180_000)  # the last cell stepped it to the end
-            status = stepper.locator(".widget-html").first
-            strip = stepper.locator(".rf-strip")
+    page.goto(url)
+    page.locator(".jp-Notebook").wait_for(timeout=60_000)
+    choose_kernel(page)
+    expect(page.locator(".jp-StatusBar-Widget", has_text="Idle").first).to_be_visible(timeout=60_000)
+    page.locator("li.lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-Menu-content").get_by_text("Run All Cells", exact=True).click()
 
-            for attempt in range(30):  # sample until the model calls a tool (about 1 in 3 rollouts do)
-                stepper.get_by_role("button", name="Reset").click()
-                expect(stepper).to_contain_text("turn 0 of", timeout=30_000)
-                stepper.get_by_role("button", name="Next turn").click()
-                expect(stepper).to_contain_text("turn 1 of", timeout=60_000)
-                assert strip.locator(".rf-trained").count() > 0
-                if "ended:" not in status.inner_text():
-                    stepper.get_by_role("button", name="Run to end").click()
-                    expect(stepper).to_contain_text("ended:", timeout=60_000)
-                if strip.locator(".rf-masked").count() > 0:
-                    break
-            else:
-                pytest.fail("in 30 sampled rollouts the model never called a tool: no masked tokens to show")
-            assert strip.locator(".rf-trained").count() > 0 and "ended:" in status.inner_text()
-            hover = strip.locator(".rf-trained").first.get_attribute("title")
-            assert hover.startswith("id ") and "logprob" in hover
-        finally:
-            page.screenshot(path=str(artifacts / "browser_01_setup_tools.png"), full_page=True)
-            browser.close()
+
+def test_notebook_01_renders_the_stepper_and_the_token_strip(jupyterlab, chromium):
+    from playwright.sync_api import expect
+
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        run_all_cells(page, jupyterlab)
+        stepper = page.locator(".rf-rollout-stepper").first
+        expect(stepper).to_be_visible(timeout=180_000)
+        expect(stepper).to_contain_text("ended:", timeout=180_000)  # the last cell stepped it to the end
+        status = stepper.locator(".widget-html").first
+        strip = stepper.locator(".rf-strip")
+
+        for attempt in range(30):  # sample until the model calls a tool (about 1 in 3 rollouts do)
+            stepper.get_by_role("button", name="Reset").click()
+            expect(stepper).to_contain_text("turn 0 of", timeout=30_000)
+            stepper.get_by_role("button", name="Next turn").click()
+            expect(stepper).to_contain_text("turn 1 of", timeout=60_000)
+            assert strip.locator(".rf-trained").count() > 0
+            if "ended:" not in status.inner_text():
+                stepper.get_by_role("button", name="Run to end").click()
+                expect(stepper).to_contain_text("ended:", timeout=60_000)
+            if strip.locator(".rf-masked").count() > 0:
+                break
+        else:
+            pytest.fail("in 30 sampled rollouts the model never called a tool: no masked tokens to show")
+        assert strip.locator(".rf-trained").count() > 0 and "ended:" in status.inner_text()
+        hover = strip.locator(".rf-trained").first.get_attribute("title")
+        assert hover.startswith("id ") and "logprob" in hover
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "browser_01_setup_tools.png"), full_page=True)
+        page.close()
+
+
+@pytest.mark.timeout(1800)  # the first to ask for executed_notebooks runs papermill
+def test_the_dashboard_of_a_finished_run(jupyterlab, chromium, executed_notebooks, tmp_path):
+    """Notebook 03's finished run, attached from its run folder: what a user sees after training."""
+    from playwright.sync_api import expect
+
+    runs = executed_notebooks[0].parent / "runs"
+    cells = ["import rlfactory_nb as rf", f"job = rf.TrainingJob.attach('calculator-notebook', output_dir={str(runs)!r})", "job.dashboard()"]
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells], metadata={"kernelspec": kernel})
+    nbformat.write(notebook, tmp_path / "dashboard.ipynb")
+    page = chromium.new_page(viewport={"width": 1400, "height": 1800})  # the whole dashboard in view
+    dashboard = page.locator(".rf-training-dashboard").first
+    try:
+        run_all_cells(page, jupyterlab.replace(NOTEBOOK, "dashboard.ipynb"))
+        expect(dashboard.locator(".js-plotly-plot")).to_be_visible(timeout=120_000)
+        expect(dashboard.get_by_role("button", name="Job finished")).to_be_disabled()
+        expect(dashboard.get_by_role("button", name="Step through a rollout with current weights")).to_be_visible()
+        choice = dashboard.locator("select").first
+        expect(choice.locator("option").first).to_contain_text("step ", timeout=30_000)
+        chosen = choice.evaluate("select => select.options[select.selectedIndex].text").replace("\xa0", " ")
+        assert chosen.startswith("step 3 · reward"), chosen  # the last step's best rollout, its full label
+        expect(dashboard.locator(".rf-strip").first).to_be_visible(timeout=60_000)  # the chosen rollout, shown
+        ticks = dashboard.locator(".xtick text").all_inner_texts()
+        assert ticks and all(tick.isdigit() for tick in ticks), ticks  # whole steps only
+        legend = set(dashboard.locator(".legendtext").all_inner_texts())
+        assert {"KL", "rollout"} <= legend and not any(name.startswith(("train/", "time/")) for name in legend), legend
+    finally:
+        (dashboard if dashboard.count() else page).screenshot(path=str(ARTIFACTS / "browser_dashboard.png"))
+        page.close()
+
+
+@pytest.mark.timeout(1800)
+def test_html_exports_show_the_token_strip_and_plots_offline(chromium, executed_notebooks):
+    from playwright.sync_api import expect
+
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    page = context.new_page()
+    folder = executed_notebooks[0].parent
+    try:
+        page.goto((folder / "01_setup_tools.html").as_uri())
+        strip = page.locator(".rf-strip").first
+        expect(strip).to_be_visible()
+        assert strip.locator(".rf-trained").count() > 0
+        page.goto((folder / "03_train_grpo.html").as_uri())
+        plot = page.locator("svg.rf-plot:has(polyline)").first
+        expect(plot).to_be_visible()
+        assert plot.bounding_box()["width"] > 200
+        page.screenshot(path=str(ARTIFACTS / "offline_03_train_grpo.png"), full_page=True)
+    finally:
+        context.close()

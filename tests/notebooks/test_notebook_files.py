@@ -1,4 +1,5 @@
-"""The four notebooks as committed: no outputs, a papermill parameters cell, only the public API."""
+"""The four notebooks as committed (no outputs, a papermill parameters cell, only the public API), and
+as executed: light enough to keep."""
 
 import json
 import re
@@ -6,7 +7,7 @@ import re
 import pytest
 
 import rlfactory_nb as rf
-from rlfactory_nb.notebooks_run import NOTEBOOKS, notebooks_dir
+from rlfactory_nb.notebooks_run import NOTEBOOKS, WIDGET_STATE, notebooks_dir
 
 RF_NAME = re.compile(r"\brf\.([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -30,3 +31,12 @@ def test_cells_use_only_the_public_api(name):
     assert imports == ["import rlfactory_nb as rf"]
     used = set(RF_NAME.findall(source))
     assert used - set(rf.__all__) == set(), f"{name} uses names missing from rlfactory_nb.__all__"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_executed_notebooks_stay_under_a_megabyte(executed_notebooks):
+    """Saved with static views, not widget state (a FigureWidget's state alone carries ~5 MB of plotly.js)."""
+    sizes = {path.name: path.stat().st_size for path in executed_notebooks}
+    assert len(sizes) == len(NOTEBOOKS) and max(sizes.values()) < 1_000_000, sizes
+    assert not [path.name for path in executed_notebooks if WIDGET_STATE in path.read_text()]

@@ -19,6 +19,8 @@ def test_nice_ticks_cover_the_range_in_round_steps():
     assert nice_ticks(1, 2, integer=True) == [1, 2]  # never 1.5 on a step axis
     assert nice_ticks(3, 3, integer=True) == [3]
     assert nice_ticks(0, 2e-4) == [0.0, 5e-05, 0.0001, 0.00015, 0.0002]
+    constant = nice_ticks(3e-4, 3e-4)  # a constant learning rate: ticks around its value, not around 0
+    assert constant[0] < 3e-4 < constant[-1] and constant[-1] - constant[0] < 1e-3
 
 
 def test_a_line_lands_where_the_axes_say():
