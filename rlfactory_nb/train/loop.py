@@ -36,7 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlfactory_nb._async import run_sync
-from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
+from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.policy import Policy, resolve_device
@@ -49,14 +49,7 @@ from rlfactory_nb.train import checkpoint as ckpt
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
 from rlfactory_nb.train.data import PromptOrder, load_rows
-from rlfactory_nb.train.metrics import (
-    MetricsWriter,
-    StepTimer,
-    read_metrics,
-    reward_metrics,
-    rollout_metrics,
-    summary_stats,
-)
+from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics
 from rlfactory_nb.train.objects import RunObjects
 from rlfactory_nb.train.pipeline import (
     RolloutPipeline,
@@ -222,19 +215,7 @@ class Trainer:
         self.pipeline.publish(step)
         self._save_trajectories(groups, outcomes, step)
         row = {
-            "step": step,
-            **reward_metrics(
-                [o.score for g in outcomes for o in g], [o.components for g in outcomes for o in g]
-            ),
-            **rollout_metrics([traj for group in groups for traj in group]),
-            "reward/failures": sum(len(o.errors) for g in outcomes for o in g),
-            "rollout/masked_truncated": masked,
-            "sampling/rounds": drawn.rounds,
-            "sampling/prompts_drawn": len(groups),
-            "groups/total": len(groups),
-            "groups/zero_variance": int(zero_variance_groups(rewards).sum()),
-            "groups/trained": len(keep),
-            **summary_stats(_per_trajectory(advantages), "advantages"),
+            **groups_metrics(step, drawn, len(keep), advantages, masked),
             **train_metrics,
             **ready.seconds,
             **timer.seconds(),
@@ -413,12 +394,6 @@ def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _per_trajectory(advantages: torch.Tensor | list[list[float]]) -> list[float]:
-    if isinstance(advantages, torch.Tensor):
-        return advantages.tolist()
-    return [max(values, key=abs) if values else 0.0 for values in advantages]
 
 
 def _sampled(groups: list[list[Trajectory]]) -> int:

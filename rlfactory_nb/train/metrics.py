@@ -77,6 +77,34 @@ STEP_KEYS = (
 )
 
 
+def groups_metrics(step: int, drawn: Any, trained_groups: int, advantages: Any, masked: int) -> dict[str, float]:
+    """A step's row from what it drew (`rlfactory_nb.train.selection.StepGroups`): rewards, rollouts,
+    sampling rounds, group counts and the advantages of the trained groups."""
+    from rlfactory_nb.algo.advantages import zero_variance_groups
+
+    outcomes = [outcome for group in drawn.outcomes for outcome in group]
+    return {
+        "step": step,
+        **reward_metrics([o.score for o in outcomes], [o.components for o in outcomes]),
+        **rollout_metrics([traj for group in drawn.groups for traj in group]),
+        "reward/failures": sum(len(o.errors) for o in outcomes),
+        "rollout/masked_truncated": masked,
+        "sampling/rounds": drawn.rounds,
+        "sampling/prompts_drawn": len(drawn.groups),
+        "groups/total": len(drawn.groups),
+        "groups/zero_variance": int(zero_variance_groups(drawn.rewards).sum()),
+        "groups/trained": trained_groups,
+        **summary_stats(_per_trajectory(advantages), "advantages"),
+    }
+
+
+def _per_trajectory(advantages: Any) -> list[float]:
+    """One advantage per trajectory: the values of a tensor, or a token-level row's largest |value|."""
+    if hasattr(advantages, "tolist"):
+        return advantages.tolist()
+    return [max(values, key=abs) if values else 0.0 for values in advantages]
+
+
 def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout") -> dict[str, float]:
     """Counts and means over trajectories: tokens, turns, tool calls and their outcomes, finish reasons."""
     count = max(len(trajectories), 1)
