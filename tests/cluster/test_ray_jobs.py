@@ -1,7 +1,7 @@
 """A real local Ray: connect with machine limits, launch a short job, watch, attach again. Stopping,
 and a kernel that dies while its job runs, are fault cases: tests/faults/test_jobs.py.
 
-Slow (Ray start is 10-40 s on 2 cores): one cluster for the module, tiny runs of the calculator preset.
+Slow (Ray start is 10-40 s on 2 cores): the session's cluster (conftest.py), tiny runs of the calculator preset.
 """
 
 import time
@@ -14,15 +14,6 @@ from rlfactory_nb.config import RunConfig
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def cluster(tiny_policy):
-    """A local Ray; the preset is built first (on a fresh machine a job would otherwise spend its
-    whole time limit building it inside the driver actor)."""
-    cluster = Cluster.connect(dashboard=False)
-    yield cluster
-    cluster.shutdown()
 
 
 def tiny_config(tmp_path, name, steps):

@@ -109,36 +109,32 @@ def test_what_cannot_travel_fails_before_anything_starts(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_job_finds_its_files_after_the_launch_folder_is_gone(tmp_path, monkeypatch, tiny_policy):
+def test_a_job_finds_its_files_after_the_launch_folder_is_gone(tmp_path, monkeypatch, cluster):
     folder = project(tmp_path / "launcher")
     monkeypatch.chdir(folder)
     monkeypatch.syspath_prepend(str(folder))  # a kernel has its working directory on sys.path
-    cluster = rf.Cluster.connect(dashboard=False)
-    try:
-        job = launch(config(tmp_path / "runs", "shipped"), cluster, linger_s=30)
-        monkeypatch.chdir(tmp_path)
-        shutil.rmtree(folder)  # nothing on this disk is left for the driver to read
-        assert job.wait(timeout_s=400) == "finished", job.logs()
-        assert job.metrics()[0]["reward/mean"] == 0.5
+    job = launch(config(tmp_path / "runs", "shipped"), cluster, linger_s=30)
+    monkeypatch.chdir(tmp_path)
+    shutil.rmtree(folder)  # nothing on this disk is left for the driver to read
+    assert job.wait(timeout_s=400) == "finished", job.logs()
+    assert job.metrics()[0]["reward/mean"] == 0.5
 
-        @rf.tool
-        def whisper(text: str) -> str:
-            """Lower-case text.
+    @rf.tool
+    def whisper(text: str) -> str:
+        """Lower-case text.
 
-            Args:
-                text: what to whisper
-            """
-            return text.lower()
+        Args:
+            text: what to whisper
+        """
+        return text.lower()
 
-        rows = [{"prompt": "What is 2*2?", "ground_truth": "4"}] * 2
-        cfg = RunConfig.from_yaml(ROOT / "examples/calculator/config.yaml", overrides={
-            "name": "objects", "output_dir": str(tmp_path / "runs"), "tools.config": str(ROOT / "examples/calculator/tools.yaml"),
-            "grpo.steps": 1, "grpo.prompts_per_step": 2, "grpo.group_size": 2, "grpo.eval_every": 0,
-            "grpo.checkpoint_every": 0, "rollout.max_new_tokens": 16,
-        })
-        job = launch(cfg, cluster, reward={"quarter": lambda sample: 0.25}, tools=[whisper], train_data=rows, linger_s=30)
-        assert job.wait(timeout_s=400) == "finished", job.logs()
-        assert job.metrics()[0]["reward/mean"] == 0.25
-        assert "whisper" in (job.run_dir / "code" / "tools.py").read_text()
-    finally:
-        cluster.shutdown()
+    rows = [{"prompt": "What is 2*2?", "ground_truth": "4"}] * 2
+    cfg = RunConfig.from_yaml(ROOT / "examples/calculator/config.yaml", overrides={
+        "name": "objects", "output_dir": str(tmp_path / "runs"), "tools.config": str(ROOT / "examples/calculator/tools.yaml"),
+        "grpo.steps": 1, "grpo.prompts_per_step": 2, "grpo.group_size": 2, "grpo.eval_every": 0,
+        "grpo.checkpoint_every": 0, "rollout.max_new_tokens": 16,
+    })
+    job = launch(cfg, cluster, reward={"quarter": lambda sample: 0.25}, tools=[whisper], train_data=rows, linger_s=30)
+    assert job.wait(timeout_s=400) == "finished", job.logs()
+    assert job.metrics()[0]["reward/mean"] == 0.25
+    assert "whisper" in (job.run_dir / "code" / "tools.py").read_text()
