@@ -58,7 +58,8 @@ PANELS = (
 )
 COLUMNS = 3
 GRID_ROWS = -(-len(PANELS) // COLUMNS)
-WIDTH_PX = 1100
+WIDTH_PX = 940
+"""fits a JupyterLab notebook beside its file browser"""
 ROW_HEIGHT_PX = 330
 GAP_PX = 95
 """between grid rows: tick labels, a two-line legend, the next panel's title"""
