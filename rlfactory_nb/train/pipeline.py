@@ -55,7 +55,7 @@ class RolloutPipeline:
     """Starts each step's `draw(step, timer)` as early as the bound allows; `take(step)` waits for it.
 
     `version`: the weights the engines hold now (the step a run starts or resumes from);
-    `last_step`: no rollouts are started beyond it."""
+    `last_step`: no rollouts are started ahead of time beyond it (a step asked for still is)."""
 
     def __init__(self, draw: Draw, max_staleness: int, version: int, last_step: int):
         if max_staleness < 0:
@@ -108,7 +108,7 @@ class RolloutPipeline:
     def _start_allowed(self) -> None:
         k = self.max_staleness
         while (
-            self._next <= self.last_step
+            self._next <= max(self.last_step, self._requested)  # ahead of time only up to the last step
             and self._next <= self._requested + k
             and self._next - 1 - k <= self.version
         ):
