@@ -13,8 +13,9 @@ ToolSet runs, the kernel by default.
 
 Lifetime: the actor is named `rlfactory-nb-engine:<label>-<id>` in the package's namespace, so a
 leftover one shows in `cluster.view()` and `cluster.engines()`. It is owned by the kernel (not
-detached): it goes when the handle is garbage-collected or closed, when the kernel disconnects, or
-when the cluster shuts down.
+detached): it goes when the handle is garbage-collected or closed (`async with cluster.engine(...)
+as engine:` closes it at the end of the block), when the kernel disconnects, or when the cluster
+shuts down.
 
 Bad input fails before anything waits: an engine asking for CPUs or GPUs the cluster does not have
 (or has, but all taken) is refused with both figures, since Ray would otherwise keep the actor
@@ -24,10 +25,11 @@ pending forever; an actor that dies mid-rollout fails the step with `EngineActor
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -37,6 +39,8 @@ from rlfactory_nb.train.engine_actors import EngineActor, actor_device, build_mo
 
 ENGINE_PREFIX = "rlfactory-nb-engine:"
 """named engine actors are called ENGINE_PREFIX + label; not a prefix of JOB_PREFIX's names"""
+FREE_WAIT_S = 10.0
+"""how long `start_engine` waits for CPUs or GPUs the cluster has but are taken to become free"""
 READY_TIMEOUT_S = 600.0
 """how long `start_engine` waits for an actor to load its model (a 4B vLLM engine: minutes)"""
 
@@ -133,6 +137,12 @@ class ClusterEngine:
                 await self.actor.close.remote()
             self._finalizer()
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def _call(self, method: str, *args: Any) -> Any:
         from ray.exceptions import RayActorError
 
@@ -198,23 +208,29 @@ def start_engine(
     return engine
 
 
-def check_resources(num_cpus: float, num_gpus: float, what: str) -> None:
-    """Refuse a request the cluster cannot serve now (Ray would leave the actor pending forever)."""
+def check_resources(num_cpus: float, num_gpus: float, what: str, wait_s: float = FREE_WAIT_S) -> None:
+    """Refuse a request the cluster cannot serve (Ray would leave the actor pending forever): at once
+    when it has not that much at all, after `wait_s` when it has but it is taken (Ray reports an
+    actor's resources free a moment after the actor is killed, e.g. an engine just closed)."""
     import ray
 
-    total, free = ray.cluster_resources(), ray.available_resources()
-    for resource, wanted in (("CPU", num_cpus), ("GPU", num_gpus)):
-        have, idle = total.get(resource, 0.0), free.get(resource, 0.0)
-        if wanted and wanted > have:
+    total = ray.cluster_resources()
+    wanted = {resource: amount for resource, amount in (("CPU", num_cpus), ("GPU", num_gpus)) if amount}
+    for resource, amount in wanted.items():
+        if amount > total.get(resource, 0.0):
             raise InsufficientResources(
-                f"{what} asks for {wanted:g} {resource}(s) but the cluster has {have:g} "
+                f"{what} asks for {amount:g} {resource}(s) but the cluster has {total.get(resource, 0.0):g} "
                 f"({_summary(total)}): ask for fewer, or connect to a cluster that has them"
             )
-        if wanted and wanted > idle:
+    deadline = time.monotonic() + wait_s
+    while short := [r for r, amount in wanted.items() if amount > ray.available_resources().get(r, 0.0)]:
+        if time.monotonic() > deadline:
+            resource, free = short[0], ray.available_resources().get(short[0], 0.0)
             raise InsufficientResources(
-                f"{what} asks for {wanted:g} {resource}(s); the cluster has {have:g} but only {idle:g} free "
-                f"(training jobs: cluster.jobs(); engines: cluster.engines()): stop one, or ask for fewer"
+                f"{what} asks for {wanted[resource]:g} {resource}(s); the cluster has {total[resource]:g} but only "
+                f"{free:g} free (training jobs: cluster.jobs(); engines: cluster.engines()): stop one, or ask for fewer"
             )
+        time.sleep(0.2)
 
 
 def engine_names() -> list[str]:
