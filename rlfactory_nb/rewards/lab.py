@@ -165,7 +165,10 @@ class RewardLab:
         reward), tool use, and reward errors."""
         import pandas as pd
 
-        columns = ["prompt", "sample", "question", "answer", "ground_truth", *self.names, "advantage", "tool_calls", "turns", "finish", "errors"]
+        columns = [
+            "prompt", "sample", "question", "answer", "ground_truth", *self.names,
+            "advantage", "tool_calls", "turns", "finish", "errors",
+        ]  # fmt: skip
         advantages = self.advantages() if self.outcomes else None
         rows = []
         for p, (group, outcomes) in enumerate(zip(self.groups, self.outcomes)):

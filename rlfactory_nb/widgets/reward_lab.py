@@ -19,6 +19,7 @@ from rlfactory_nb.widgets.controls import selector, set_options
 from rlfactory_nb.widgets.registry import register_view
 from rlfactory_nb.widgets.trajectory import TrajectoryView
 
+
 def table_html(table: Any) -> str:
     """A lab's table (a DataFrame) as a scrolling HTML table, long cells cut."""
     if table.empty:
