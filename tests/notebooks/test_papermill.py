@@ -10,9 +10,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(1800)
-def test_all_four_notebooks_execute_in_order(tmp_path, tiny_policy):
-    """`tiny_policy` builds the preset first (minutes, once per cache) so the notebooks time only themselves."""
-    executed = run_notebooks(tmp_path, {"eval_size": 4})
+def test_all_four_notebooks_execute_in_order(executed_notebooks):
+    """The session's one in-kernel papermill run (tests/notebooks/conftest.py), as `make demo` runs them."""
+    executed = executed_notebooks
+    tmp_path = executed[0].parent
     assert [path.name for path in executed] == list(NOTEBOOKS)
     for path in executed:
         notebook = json.loads(path.read_text())
