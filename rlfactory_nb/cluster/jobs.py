@@ -33,7 +33,6 @@ SNAPSHOT_TIMEOUT_S = 600.0
 load its model, and for the policy update in flight to end)"""
 
 
-
 class JobFailed(RuntimeError):
     """The training driver raised; the message holds its traceback (also in job.logs())."""
 
