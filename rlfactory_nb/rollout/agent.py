@@ -51,7 +51,7 @@ class _Progress:
 
 
 class Agent:
-    """Runs trajectories of `policy` (or an engine plus tokenizer) with `tools`."""
+    """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`."""
 
     def __init__(
         self,
@@ -68,7 +68,10 @@ class Agent:
         drift: DriftMode = "warn",
     ):
         self.policy = policy
-        self.tokenizer = tokenizer or policy.tokenizer
+        # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
+        self.tokenizer = tokenizer or (policy.tokenizer if policy is not None else getattr(engine, "tokenizer", None))
+        if self.tokenizer is None:
+            raise ValueError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
         self.tools = tools
         self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.max_turns = max_turns

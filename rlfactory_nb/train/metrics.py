@@ -10,7 +10,9 @@ prefix; every row has at least `STEP_KEYS`:
                                             trajectory, tool-call rate (share with >= 1 call),
                                             parse errors, finish/<reason> counts, truncated (cut off
                                             by a limit), masked_truncated (of those, left out of
-                                            the loss by grpo.mask_truncated)
+                                            the loss by grpo.mask_truncated), template_drift_expected
+                                            / _other (ids unlike a full template render: Qwen3's
+                                            dropped think blocks, or anything else)
     sampling/...                            rounds (of prompts rolled out; > 1 with dynamic
                                             sampling), prompts_drawn
     tools/...                               status/<status> counts, latency_mean_s, cached_fraction
@@ -118,12 +120,26 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout")
         f"{prefix}/tool_call_rate": sum(1 for n in calls if n) / count,
         f"{prefix}/parse_errors": sum(len(turn.parse_errors) for t in trajectories for turn in t.turns),
         f"{prefix}/truncated": sum(1 for t in trajectories if t.truncated),
+        **drift_counts(trajectories, prefix),
     }
     for reason, number in Counter(t.finish_reason for t in trajectories).items():
         metrics[f"{prefix}/finish/{reason}"] = number
     if prefix == "rollout":
         metrics.update(tool_metrics(results))
     return metrics
+
+
+def drift_counts(trajectories: Sequence[Trajectory], prefix: str = "rollout") -> dict[str, int]:
+    """Trajectories whose ids differ from a full chat-template render: by the empty think blocks
+    Qwen3's template drops (expected, not warned), and otherwise (warned; see rollout/tokens.py).
+
+    >>> drift_counts([Trajectory([1], metadata={"drift_position": 7, "dropped_think_blocks": 1}),
+    ...               Trajectory([1], metadata={"drift_position": None, "dropped_think_blocks": 0})])
+    {'rollout/template_drift_expected': 1, 'rollout/template_drift_other': 0}
+    """
+    drifted = [t.metadata.get("dropped_think_blocks", 0) for t in trajectories if t.metadata.get("drift_position") is not None]
+    expected = sum(1 for dropped in drifted if dropped > 0)
+    return {f"{prefix}/template_drift_expected": expected, f"{prefix}/template_drift_other": len(drifted) - expected}
 
 
 def tool_metrics(results: Sequence[Any]) -> dict[str, float]:

@@ -162,3 +162,10 @@ async def test_overlapping_steps_wait_for_each_other_so_tool_responses_are_never
     assert "<tool_response>\n84\n</tool_response>" in masked
     assert [t.text for t in traj.turns] == replies["12*7"]
     assert await session.step() is None  # ended: nothing more to do
+
+
+def test_an_agent_without_a_policy_takes_the_tokenizer_its_engine_carries(tokenizer):
+    engine = ScriptedEngine(tokenizer, {})  # carries its tokenizer, as a cluster engine does the kernel's
+    assert Agent(None, None, engine=engine).tokenizer is tokenizer
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        Agent(None, None, engine=object())
