@@ -194,7 +194,7 @@ def start_local(**options: Any) -> Any:
         try:
             with _single_node():
                 return ray.init(address="local", _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1", **options)
-        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this
+        except Exception as error:  # Ray raises a bare Exception for this
             if "timed out during startup" not in str(error) or attempt == 2:
                 raise
             log.warning("the local Ray node timed out during startup (a busy machine?); starting it again")
