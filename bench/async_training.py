@@ -1,13 +1,15 @@
 """Asynchronous GRPO against synchronous: steps per minute, engine idle share and held-out reward.
 
-    python bench/async_training.py [--quick] [--steps 8] [--eval-every 4] [--staleness 0 1 2]
+    python bench/async_training.py [--quick] [--steps 8] [--eval-every 4] [--settings sync-engine 0 1 2]
                                    [--out runs/bench-async]
 
 The calculator example (examples/calculator/config.yaml) on the Ray backend with one engine actor and
 one policy worker, one CPU each (the 2-core layout: half the machine generates, half trains), run
-once per `grpo.max_staleness`, back to back in one invocation, with the same seeds. Asynchronous
-runs set grpo.truncate_ratio 2.0 (the decoupled loss's weight cap); the synchronous run keeps its
-default (the engine's logprobs as the old ones), as a user's synchronous run would.
+once per setting, back to back in one invocation, with the same seeds. Settings "0", "1" and "2" are
+`grpo.max_staleness` with the same objective, the decoupled loss (grpo.truncate_ratio 2.0: the
+trainer recomputes the old log-probs, one more forward pass per update), so they differ in the bound
+alone; "sync-engine" is the synchronous default, the engine's log-probs taken as the old ones (no
+recompute), to show what that forward pass costs.
 
 Steps per minute count the training steps' wall time without the held-out evaluations (identical
 work in every run); engine idle share is 1 - the engines' busy share over the same time. Writes
@@ -34,7 +36,7 @@ from bench._common import RESULTS_DIR, machine_line, markdown_table, section, wr
 NAME = "async_training"
 EVAL_SIZE = 32
 COLUMNS = (
-    "max_staleness",
+    "setting",
     "step",
     "wall_s",
     "step_s",
@@ -65,7 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="3 steps, small steps, no mid-run eval")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--out", type=Path, default=Path("runs/bench-async"))
     args = parser.parse_args(argv)
     args.overrides = {}
@@ -75,9 +77,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_config(args: argparse.Namespace, staleness: int) -> rf.RunConfig:
+SETTINGS = {"sync-engine": (0, None), "0": (0, 2.0), "1": (1, 2.0), "2": (2, 2.0)}
+"""setting: (grpo.max_staleness, grpo.truncate_ratio)"""
+
+
+def run_config(args: argparse.Namespace, setting: str) -> rf.RunConfig:
+    staleness, truncate_ratio = SETTINGS[setting]
     overrides: dict[str, Any] = {
-        "name": f"staleness-{staleness}",
+        "name": f"setting-{setting}",
+        "grpo.truncate_ratio": truncate_ratio,
         "output_dir": str(args.out.resolve()),
         "grpo.steps": args.steps,
         "grpo.eval_every": args.eval_every,
@@ -90,16 +98,22 @@ def run_config(args: argparse.Namespace, staleness: int) -> rf.RunConfig:
         "cluster.cpus_per_worker": 1,
         **args.overrides,
     }
-    if staleness:
-        overrides["grpo.truncate_ratio"] = 2.0
     return rf.example("calculator").config(overrides)
 
 
-def table_rows(metrics: list[dict[str, Any]], started: float, staleness: int) -> list[dict[str, Any]]:
+LABELS = {
+    "sync-engine": "synchronous, engine log-probs as old",
+    "0": "max_staleness 0 (synchronous)",
+    "1": "max_staleness 1",
+    "2": "max_staleness 2",
+}
+
+
+def table_rows(metrics: list[dict[str, Any]], started: float, setting: str) -> list[dict[str, Any]]:
     rows = []
     for metric in metrics:
         row = {
-            "max_staleness": staleness,
+            "setting": setting,
             "step": metric["step"],
             "wall_s": round(metric["time"] - started, 1),
         }
@@ -126,14 +140,14 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def train_once(args: argparse.Namespace, staleness: int) -> list[dict[str, Any]]:
-    cfg = run_config(args, staleness)
+def train_once(args: argparse.Namespace, setting: str) -> list[dict[str, Any]]:
+    cfg = run_config(args, setting)
     if cfg.run_dir.exists():
         shutil.rmtree(cfg.run_dir)
     started = time.time()
     result = rf.train_sync(cfg)
-    print(f"max_staleness {staleness}: {result.step} steps in {(time.time() - started) / 60:.1f} min")
-    return table_rows(rf.read_metrics(result.run_dir), started, staleness)
+    print(f"setting {setting}: {result.step} steps in {(time.time() - started) / 60:.1f} min")
+    return table_rows(rf.read_metrics(result.run_dir), started, setting)
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
@@ -144,7 +158,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def write_plot(rows: list[dict[str, Any]], path: Path) -> bool:
-    """Held-out greedy reward against wall-clock minutes, one line per max_staleness."""
+    """Held-out greedy reward against wall-clock minutes, one line per setting."""
     try:
         import matplotlib
 
@@ -153,13 +167,13 @@ def write_plot(rows: list[dict[str, Any]], path: Path) -> bool:
     except ImportError:
         return False
     figure, axis = plt.subplots(figsize=(6, 3.5))
-    for staleness in dict.fromkeys(row["max_staleness"] for row in rows):
-        evals = [r for r in rows if r["max_staleness"] == staleness and r["eval_greedy_reward"] != ""]
+    for setting in dict.fromkeys(row["setting"] for row in rows):
+        evals = [r for r in rows if r["setting"] == setting and r["eval_greedy_reward"] != ""]
         axis.plot(
             [r["wall_s"] / 60 for r in evals],
             [r["eval_greedy_reward"] for r in evals],
             marker="o",
-            label=f"max_staleness {staleness}" + (" (synchronous)" if staleness == 0 else ""),
+            label=LABELS.get(setting, f"max_staleness {setting}"),
         )
     axis.set(
         xlabel="wall-clock minutes",
@@ -173,23 +187,23 @@ def write_plot(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
-def markdown(by_setting: dict[int, dict[str, Any]], argv: list[str], machine: str, plotted: bool) -> str:
-    base = by_setting.get(0)
+def markdown(by_setting: dict[str, dict[str, Any]], argv: list[str], machine: str, plotted: bool) -> str:
+    base = by_setting.get("0")
     header = [
-        "max_staleness",
+        "setting",
         "steps/min",
-        "vs synchronous",
+        "vs max_staleness 0",
         "engine idle",
         "staleness mean",
         "held-out greedy first -> last",
         "sampled last",
     ]
     rows = []
-    for staleness, run in by_setting.items():
+    for setting, run in by_setting.items():
         speedup = f"{run['steps_per_min'] / base['steps_per_min']:.2f}x" if base else ""
         rows.append(
             [
-                staleness,
+                LABELS.get(setting, setting),
                 run["steps_per_min"],
                 speedup,
                 f"{run['engine_idle_share']:.0%}",
@@ -231,17 +245,17 @@ def main(argv: list[str] | None = None) -> None:
     from rlfactory_nb import presets
 
     presets.preset_path("tiny-calculator")
-    runs = {staleness: train_once(args, staleness) for staleness in args.staleness}
+    runs = {setting: train_once(args, setting) for setting in args.settings}
     rows = [row for run in runs.values() for row in run]
     out = args.out.resolve()
     write_csv(rows, out / f"{NAME}.csv")
     plotted = write_plot(rows, out / f"{NAME}.png")
     for name in (f"{NAME}.csv", f"{NAME}.png") if plotted else (f"{NAME}.csv",):
         shutil.copy(out / name, RESULTS_DIR / name)
-    by_setting = {staleness: summary(run) for staleness, run in runs.items()}
-    write_result(NAME, {"by_max_staleness": by_setting}, markdown(by_setting, argv, machine, plotted))
-    for staleness, run in by_setting.items():
-        print(f"max_staleness {staleness}: {run}")
+    by_setting = {setting: summary(run) for setting, run in runs.items()}
+    write_result(NAME, {"by_setting": by_setting}, markdown(by_setting, argv, machine, plotted))
+    for setting, run in by_setting.items():
+        print(f"setting {setting}: {run}")
 
 
 if __name__ == "__main__":

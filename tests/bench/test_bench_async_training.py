@@ -6,13 +6,14 @@ from bench import async_training
 
 def test_settings_differ_only_in_the_staleness_bound():
     args = async_training.parse_args(["--quick"])
-    sync, one, two = (async_training.run_config(args, k) for k in (0, 1, 2))
-    assert (sync.grpo.max_staleness, one.grpo.max_staleness, two.grpo.max_staleness) == (0, 1, 2)
-    assert sync.grpo.truncate_ratio is None and one.grpo.truncate_ratio == two.grpo.truncate_ratio == 2.0
-    assert one.replace({"grpo.max_staleness": 0, "grpo.truncate_ratio": None}).grpo == sync.grpo
+    engine, sync, one, two = (async_training.run_config(args, s) for s in ("sync-engine", "0", "1", "2"))
+    assert [c.grpo.max_staleness for c in (engine, sync, one, two)] == [0, 0, 1, 2]
+    assert engine.grpo.truncate_ratio is None and sync.grpo.truncate_ratio == one.grpo.truncate_ratio == 2.0
+    assert one.replace({"grpo.max_staleness": 0}).grpo == sync.grpo  # the bound alone differs
+    assert sync.replace({"grpo.truncate_ratio": None}).grpo == engine.grpo
     assert sync.cluster == one.cluster and sync.cluster.backend == "ray"
     assert (sync.cluster.num_engines, sync.cluster.num_workers, sync.cluster.cpus_per_worker) == (1, 1, 1)
-    assert len({sync.run_dir, one.run_dir, two.run_dir}) == 3
+    assert len({engine.run_dir, sync.run_dir, one.run_dir, two.run_dir}) == 4
 
 
 def metrics(step_s: float, busy: float) -> list[dict]:
@@ -37,11 +38,11 @@ def metrics(step_s: float, busy: float) -> list[dict]:
 
 
 def test_steps_per_minute_leave_out_the_evaluations_and_the_section_compares_with_synchronous():
-    sync = async_training.summary(async_training.table_rows(metrics(30.0, 0.5), 100.0, 0))
-    one = async_training.summary(async_training.table_rows(metrics(15.0, 0.9), 100.0, 1))
+    sync = async_training.summary(async_training.table_rows(metrics(30.0, 0.5), 100.0, "0"))
+    one = async_training.summary(async_training.table_rows(metrics(15.0, 0.9), 100.0, "1"))
     assert sync["steps_per_min"] == 2.0 and one["steps_per_min"] == 4.0  # 2 steps in 60 s and in 30 s
     assert sync["engine_idle_share"] == 0.5 and one["engine_idle_share"] == 0.1
     assert (one["greedy_first"], one["greedy_last"]) == (0.25, 0.5)
-    text = async_training.markdown({0: sync, 1: one}, ["--steps", "2"], "Machine: test.", plotted=False)
+    text = async_training.markdown({"0": sync, "1": one}, ["--steps", "2"], "Machine: test.", plotted=False)
     assert "python bench/async_training.py --steps 2" in text
-    assert "| 1 | 4.0 | 2.00x | 10% | 0.5 | 0.250 -> 0.500 | 0.400 |" in text
+    assert "| max_staleness 1 | 4.0 | 2.00x | 10% | 0.5 | 0.250 -> 0.500 | 0.400 |" in text
