@@ -152,6 +152,7 @@ DYNAMIC_IMPORTS = {
     ("algo/registry.py", "import_module"),  # grpo.loss given as module:function in the run config
     ("cli.py", "import_module"),  # a subcommand's own module, named in cli.py itself
     ("cluster/shipping.py", "import_module"),  # the package launch staged the config's files into
+    ("_views.py", "import_module"),  # the constant "rlfactory_nb.widgets", when a view is asked for
 }
 PROCESS_STARTERS = {
     "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
