@@ -5,10 +5,11 @@ import pytest
 from rlfactory_nb.cluster import Cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(tiny_policy):
-    """A local Ray of 2 CPUs; the preset is built first (on a fresh machine a job would otherwise spend
-    its whole time limit building it inside the driver actor)."""
+    """A local Ray of 2 CPUs, stopped when tests/cluster ends (later tests start their own, with other
+    options: a dashboard, fewer CPUs); the preset is built first (on a fresh machine a job would
+    otherwise spend its whole time limit building it inside the driver actor)."""
     cluster = Cluster.connect(num_cpus=2, dashboard=False)
     yield cluster
     cluster.shutdown()
