@@ -171,7 +171,8 @@ def test_the_dashboard_of_a_finished_run(jupyterlab, chromium, executed_notebook
         expect(dashboard.locator(".rf-strip").first).to_be_visible(timeout=60_000)  # the chosen rollout, shown
         ticks = dashboard.locator(".xtick text").all_text_contents()  # SVG text has no innerText
         assert ticks and all(tick.isdigit() for tick in ticks), ticks  # whole steps only
-        for name in ("tool-call rate", "update"):  # short names, in the tool-use and step-time panels' own legends
+        # short names in the KL and step-time panels' own legends (one word: SVG legend text keeps no plain spaces)
+        for name in ("entropy", "update"):
             expect(dashboard.locator(".legendtext", has_text=name).first).to_be_visible()
     finally:
         (dashboard if dashboard.count() else page).screenshot(path=str(ARTIFACTS / "browser_dashboard.png"))
