@@ -46,12 +46,13 @@ def run_notebooks(
     parameters: Mapping[str, Any] | None = None,
     notebooks: tuple[str, ...] = NOTEBOOKS,
     html: bool = True,
-    timeout_s: int = 1800,
+    timeout_s: int = 900,
 ) -> list[Path]:
     """Execute `notebooks` in order into `out_dir` (default runs/<timestamp>); returns the executed paths.
 
     A failing cell stops the sequence with papermill's error, which names the notebook and cell; the
-    partly executed notebook is still written, to read what happened."""
+    partly executed notebook is still written, to read what happened. `timeout_s` bounds each cell; a
+    notebook whose cell times out runs once more (see `_execute`)."""
     import papermill
 
     out = Path(out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")).resolve()
@@ -66,10 +67,7 @@ def run_notebooks(
         print(f"running {name} with {chosen}", flush=True)
         started = time.perf_counter()
         try:
-            papermill.execute_notebook(
-                str(source / name), str(target), parameters=chosen, cwd=str(source),
-                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
-            )
+            _execute(papermill, source / name, target, chosen, str(source), timeout_s)
         finally:
             if target.exists():
                 before, after = slim_file(target)
@@ -79,6 +77,25 @@ def run_notebooks(
         if html:
             export_html(target)
     return executed
+
+
+def _execute(papermill: Any, notebook: Path, target: Path, parameters: dict[str, Any], cwd: str, timeout_s: int) -> None:
+    """papermill, run again once when a cell times out or the kernel dies: the kernel/client pair
+    sometimes loses a cell's reply (the kernel sits idle, the cell never completes; papermill #711,
+    jupyter_client #922; seen here once in ~10 runs of notebook 02). A cell's own error is not retried."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    for attempt in (1, 2):
+        try:
+            papermill.execute_notebook(
+                str(notebook), str(target), parameters=parameters, cwd=cwd,
+                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
+            )
+            return
+        except (CellTimeoutError, DeadKernelError, TimeoutError) as error:
+            if attempt == 2:
+                raise
+            print(f"  {notebook.name}: {type(error).__name__} ({error}); running it again", flush=True)
 
 
 def slim(notebook: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """notebooks_run.slim: a saved notebook keeps static views and only the widget state still shown."""
 
+import pytest
+
 from rlfactory_nb.notebooks_run import WIDGET_STATE, WIDGET_VIEW, slim
 
 
@@ -29,3 +31,26 @@ def test_a_widget_without_a_fallback_keeps_its_state_and_its_childrens():
     slimmed = slim(notebook([output("aa", "<p>static</p>"), output("bb")], models))
     assert WIDGET_VIEW in slimmed["cells"][0]["outputs"][1]["data"]
     assert set(slimmed["metadata"]["widgets"][WIDGET_STATE]["state"]) == {"bb", "b1", "b2"}
+
+
+def test_a_notebook_whose_cell_reply_is_lost_runs_once_more_and_a_second_loss_is_raised(tmp_path):
+    from nbclient.exceptions import CellTimeoutError
+
+    from rlfactory_nb.notebooks_run import _execute
+
+    class Papermill:
+        def __init__(self, failures):
+            self.failures, self.calls = failures, 0
+
+        def execute_notebook(self, *args, **kwargs):
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise CellTimeoutError("A cell timed out while it was being executed, after 900 seconds.")
+
+    once = Papermill(failures=1)
+    _execute(once, tmp_path / "02.ipynb", tmp_path / "out.ipynb", {}, str(tmp_path), 900)
+    assert once.calls == 2
+    twice = Papermill(failures=2)
+    with pytest.raises(CellTimeoutError):
+        _execute(twice, tmp_path / "02.ipynb", tmp_path / "out.ipynb", {}, str(tmp_path), 900)
+    assert twice.calls == 2
