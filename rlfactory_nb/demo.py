@@ -1,6 +1,6 @@
 """The main job on the embedded default, as `make demo` runs it.
 
-Builds (or loads from cache) the tiny-calculator model, starts the real calculator MCP server, and
+Loads the tiny-calculator model (shipped built with the package), starts the real calculator MCP server, and
 runs a few rollouts, printing each one: turns, tool calls, results, and which tokens are trained.
 Trajectories are saved as JSONL in the run folder.
 """

@@ -19,7 +19,7 @@ JUDGE_STUB = Path(__file__).parent / "rewards" / "openai_stub_server.py"
 
 @pytest.fixture(scope="session")
 def tiny_policy():
-    """The tiny-calculator preset (built on first use, ~3 min on 2 cores, then cached)."""
+    """The tiny-calculator preset (shipped built; built and cached only when its recipe changed)."""
     from rlfactory_nb.policy import Policy
 
     return Policy.load("tiny-calculator")
