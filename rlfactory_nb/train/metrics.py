@@ -134,10 +134,14 @@ def drift_counts(trajectories: Sequence[Trajectory], prefix: str = "rollout") ->
     Qwen3's template drops (expected, not warned), and otherwise (warned; see rollout/tokens.py).
 
     >>> drift_counts([Trajectory([1], metadata={"drift_position": 7, "dropped_think_blocks": 1}),
-    ...               Trajectory([1], metadata={"drift_position": None, "dropped_think_blocks": 0})])
-    {'rollout/template_drift_expected': 1, 'rollout/template_drift_other': 0}
+    ...               Trajectory([1], metadata={"drift_position": 9, "dropped_think_blocks": 0}),
+    ...               Trajectory([1], metadata={"drift_position": -1, "dropped_think_blocks": 0}),
+    ...               Trajectory([1])])
+    {'rollout/template_drift_expected': 1, 'rollout/template_drift_other': 1}
     """
-    drifted = [t.metadata.get("dropped_think_blocks", 0) for t in trajectories if t.metadata.get("drift_position") is not None]
+    # drift_position: None when the check did not run, -1 when the ids equal a full render
+    positions = [(t.metadata.get("drift_position"), t.metadata.get("dropped_think_blocks", 0)) for t in trajectories]
+    drifted = [dropped for position, dropped in positions if position is not None and position >= 0]
     expected = sum(1 for dropped in drifted if dropped > 0)
     return {f"{prefix}/template_drift_expected": expected, f"{prefix}/template_drift_other": len(drifted) - expected}
 
