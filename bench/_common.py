@@ -8,6 +8,7 @@ this module costs nothing in the scripts it serves.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
@@ -110,6 +111,14 @@ def section(
 def script_args() -> list[str]:
     """The arguments this script was started with, for the command line shown in its section."""
     return sys.argv[1:]
+
+
+def write_csv(rows: Iterable[dict[str, Any]], path: Path, columns: Sequence[str]) -> None:
+    """One CSV row per dict, in `columns` order (what a benchmark keeps next to its plot)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

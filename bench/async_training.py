@@ -21,7 +21,6 @@ bench/results/async_training.json and the BENCHMARKS.md section to bench/results
 from __future__ import annotations
 
 import argparse
-import csv
 import shutil
 import sys
 import time
@@ -31,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rlfactory_nb as rf
-from bench._common import RESULTS_DIR, machine_line, markdown_table, section, write_result
+from bench._common import RESULTS_DIR, machine_line, markdown_table, section, write_csv, write_result
 
 NAME = "async_training"
 EVAL_SIZE = 32
@@ -150,13 +149,6 @@ def train_once(args: argparse.Namespace, setting: str) -> list[dict[str, Any]]:
     return table_rows(rf.read_metrics(result.run_dir), started, setting)
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def write_plot(rows: list[dict[str, Any]], path: Path) -> bool:
     """Held-out greedy reward against wall-clock minutes, one line per setting."""
     try:
@@ -248,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = {setting: train_once(args, setting) for setting in args.settings}
     rows = [row for run in runs.values() for row in run]
     out = args.out.resolve()
-    write_csv(rows, out / f"{NAME}.csv")
+    write_csv(rows, out / f"{NAME}.csv", COLUMNS)
     plotted = write_plot(rows, out / f"{NAME}.png")
     for name in (f"{NAME}.csv", f"{NAME}.png") if plotted else (f"{NAME}.csv",):
         shutil.copy(out / name, RESULTS_DIR / name)

@@ -18,7 +18,6 @@ bench/results/learning.json and the BENCHMARKS.md section to bench/results/learn
 from __future__ import annotations
 
 import argparse
-import csv
 import shutil
 import sys
 import time
@@ -34,6 +33,7 @@ from bench._common import (
     markdown_table,
     peak_rss_mib,
     section,
+    write_csv,
     write_result,
 )
 
@@ -99,13 +99,6 @@ def table_rows(metrics: list[dict[str, Any]], started: float, dtype: str = "floa
         row.update({column: metric.get(key, "") for column, key in SOURCES.items()})
         rows.append(row)
     return rows
-
-
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def write_plot(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -296,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = {dtype: train_once(args, dtype) for dtype in args.dtypes}
     rows = [row for dtype_rows, _ in runs.values() for row in dtype_rows]
     out = args.out.resolve()
-    write_csv(rows, out / "learning.csv")
+    write_csv(rows, out / "learning.csv", COLUMNS)
     plotted = write_plot(rows, out / "learning.png")
     for name in ("learning.csv", "learning.png") if plotted else ("learning.csv",):
         shutil.copy(out / name, RESULTS_DIR / name)  # kept with BENCHMARKS.md
