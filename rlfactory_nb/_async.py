@@ -33,6 +33,12 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return loop.run_until_complete(coro)
 
 
+async def maybe_await(value: Any) -> None:
+    """Await `value` if a callback returned a coroutine or future (callbacks may be sync or async)."""
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        await value
+
+
 def _thread_loop() -> asyncio.AbstractEventLoop:
     """The loop that sync calls made from this thread share, created on first use."""
     loop = getattr(_thread_state, "loop", None)

@@ -23,7 +23,6 @@ checkpoint to resume from.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -35,7 +34,7 @@ from typing import Any, TypeVar
 import torch
 from tqdm.auto import tqdm
 
-from rlfactory_nb._async import run_sync
+from rlfactory_nb._async import maybe_await, run_sync
 from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
@@ -344,7 +343,7 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(reward=f"{row['reward/mean']:.3f}", s=f"{row['time/step_s']:.1f}")
                 if on_step is not None:
-                    await _maybe_await(on_step(row))
+                    await maybe_await(on_step(row))
         finally:
             bar.close()
         return TrainResult(self.run_dir, self.step, row, self.last_checkpoint)
@@ -398,8 +397,3 @@ def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:
 
 def _sampled(groups: list[list[Trajectory]]) -> int:
     return sum(traj.num_sampled_tokens for group in groups for traj in group)
-
-
-async def _maybe_await(value: Any) -> None:
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-        await value
