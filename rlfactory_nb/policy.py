@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rlfactory_nb import presets
+from rlfactory_nb.model_files import model_folder
 from rlfactory_nb.train import lora
 from rlfactory_nb.train.checkpoint import verify_digests
 
@@ -56,7 +57,7 @@ class Policy:
         """Load a preset (built offline on first use), a local folder, a hub id, or a LoRA checkpoint:
         merged into plain weights, or with `trainable_adapter` kept as adapters to train on (resume)."""
         name = str(name_or_path)
-        path = presets.preset_path(name, log=log) if name in presets.PRESETS else Path(name)
+        path = Path(model_folder(name, log=log))
         verify_digests(path)  # a checkpoint folder: refuse files changed since they were written
         if lora.is_adapter_folder(path):
             return cls._load_adapter(path, device, dtype, log, trainable_adapter)

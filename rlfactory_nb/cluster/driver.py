@@ -28,6 +28,11 @@ from typing import Any
 from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
 from rlfactory_nb.cluster.shipping import unstage
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.model_files import ModelDigest, local_model_digest, node_name
+
+
+class ModelMismatch(RuntimeError):
+    """The driver's node resolves the run's model to other files than the kernel did."""
 
 
 class TrainingDriver:
@@ -39,11 +44,14 @@ class TrainingDriver:
         linger_s: float,
         objects: bytes | None = None,
         staged: dict[str, str] | None = None,
+        expected_model: dict[str, str] | None = None,
     ):
         """Ray starts the driver in the shipped project folder (cluster/shipping.py), so the config's
         relative paths mean the launcher's files; `staged` maps the keys of files shipped from
-        outside it. `objects`: the kernel's reward, tools and rows, pickled (train/objects.py)."""
+        outside it. `objects`: the kernel's reward, tools and rows, pickled (train/objects.py).
+        `expected_model`: the kernel's digest of `model.name` (model_files.py), checked before step 1."""
         self.cfg = unstage(RunConfig.from_dict(config), staged or {})
+        self.expected_model = ModelDigest.from_dict(expected_model) if expected_model else None
         self.folder = RunFolder(Path(self.cfg.run_dir))
         self.objects = objects
         self.resume = resume
@@ -92,6 +100,7 @@ class TrainingDriver:
         objects = RunObjects.loads(self.objects) if self.objects is not None else None
         trainer = self._trainer = Trainer(self.cfg, objects=objects)
         try:
+            self._check_model()
             await trainer.start(resume=self.resume)
             trainer.backend = GuardedBackend(trainer.backend)
             self._weights_ready.set()
@@ -112,6 +121,22 @@ class TrainingDriver:
             await trainer.close()
             print(f"driver: {self.folder.status()['state']} at step {trainer.step}", flush=True)
         await self._linger()
+
+    def _check_model(self) -> None:
+        """Record the digest of the model this node resolves `model.name` to; a model other than the
+        kernel's (other weights or another tokenizer) fails the job here, before step 1."""
+        digest = local_model_digest(self.cfg.model.name)  # never builds a preset here
+        self.folder.write_status(model_digest=digest.to_dict() if digest else None)
+        print(f"driver: model {self.cfg.model.name} on node {node_name()}: {digest or 'a hub id, not cached'}", flush=True)
+        if digest is None or self.expected_model is None:
+            return
+        halves = digest.differs_from(self.expected_model)
+        if halves:
+            raise ModelMismatch(
+                f"model {self.cfg.model.name!r} on node {node_name()} is not the one the kernel loaded: its "
+                f"{' and '.join(halves)} differ (kernel: {self.expected_model}; here: {digest}). Install the same "
+                "package version on every node, or put the model folder on storage they all mount"
+            )
 
     async def _checkpoint_stopped(self, trainer: Any) -> None:
         latest = trainer.last_checkpoint

@@ -253,13 +253,12 @@ def _source(model: Any, kind: str, weights: Any) -> tuple[str | dict[str, Any], 
         return model, model["tokenizer"], weights
     from transformers import AutoTokenizer
 
-    from rlfactory_nb import presets
-
     if isinstance(model, (str, Path)):
+        from rlfactory_nb.model_files import model_folder
         from rlfactory_nb.train import lora
 
         name = str(model)
-        path = presets.preset_path(name, log=lambda _: None) if name in presets.PRESETS else Path(name)
+        path = Path(model_folder(name, log=lambda _: None))
         if not lora.is_adapter_folder(path):
             return name, AutoTokenizer.from_pretrained(str(path)), weights
         from rlfactory_nb.policy import Policy
@@ -276,14 +275,13 @@ def _source(model: Any, kind: str, weights: Any) -> tuple[str | dict[str, Any], 
 def _local_path(name: str) -> Path | str:
     """A preset name resolved on this node (built there on first use); a folder (its checkpoint
     digests checked, as `Policy.load` does) or a hub id as is."""
-    from rlfactory_nb import presets
+    from rlfactory_nb.model_files import model_folder
     from rlfactory_nb.train.checkpoint import verify_digests
 
-    if name in presets.PRESETS:
-        return presets.preset_path(name, log=lambda _: None)
-    if Path(name).is_dir():
-        verify_digests(name)
-    return name
+    folder = model_folder(name, log=lambda _: None)
+    if isinstance(folder, Path):
+        verify_digests(folder)
+    return folder
 
 
 def _label(model: Any) -> str:

@@ -12,7 +12,14 @@ finds nothing the config names unless it is shipped. `launch` ships:
   paths to where Ray unpacked it;
 - modules named by `module:function` (the reward, the tools file's `functions:`) that a fresh
   interpreter on a worker could not import (found only through the kernel's `sys.path`): their file
-  or package folder, in `py_modules`. One that has no file to ship fails in the cell, named.
+  or package folder, in `py_modules`. One that has no file to ship fails in the cell, named. An
+  installed package (rlfactory_nb itself, editable or not) stays where it is: a copy would arrive
+  without the preset weights that `*.safetensors` excludes.
+
+Model weights never travel this way: a preset comes with the package installed on every node, and a
+local model folder is named by its absolute path (storage every node mounts). The runtime_env sets
+model_files.NO_PRESET_BUILD, so a node missing them fails naming the file and the node instead of
+building a preset, and the driver checks the kernel's digest of the model (cluster/driver.py).
 
 Size limit: SHIP_LIMIT_MB (100 MiB) for the project folder and for the staged files, each; past
 it `launch` fails in the cell naming the largest files. Put large datasets on storage every node
@@ -25,7 +32,6 @@ import functools
 import hashlib
 import importlib.machinery
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -35,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.model_files import NO_PRESET_BUILD
 
 SHIP_LIMIT_MB = 100
 EXCLUDES = [
@@ -43,6 +50,7 @@ EXCLUDES = [
     # repository imports rlfactory_nb from its working_dir copy (first on PYTHONPATH), and would
     # otherwise find the preset without its weights
     "!/rlfactory_nb/presets/built/*/*",
+    "!/presets/built/*/*",  # the same presets in a copy of the package itself (py_modules)
 ]
 STAGED_PREFIX = "rlfactory_nb_files_"
 
@@ -67,7 +75,7 @@ def runtime_env(cfg: RunConfig, working_dir: str | Path, ship_files: bool = True
             overrides[key] = str(path.relative_to(folder)) + suffix
         elif ship_files:
             outside[key] = path
-    env: dict[str, Any] = {"working_dir": str(folder), "excludes": excludes}
+    env: dict[str, Any] = {"working_dir": str(folder), "excludes": excludes, "env_vars": {NO_PRESET_BUILD: "1"}}
     py_modules = [str(path) for path in _modules_to_ship(cfg, folder)]
     staged: dict[str, str] = {}
     if outside:
@@ -127,7 +135,7 @@ def _modules_to_ship(cfg: RunConfig, folder: Path) -> list[Path]:
     shipped = []
     for name in named_modules(cfg):
         top = name.split(".")[0]
-        if importlib.machinery.PathFinder.find_spec(top, [*_worker_path(), str(folder)]) is not None:
+        if _importable_by_workers(top) or importlib.machinery.PathFinder.find_spec(top, [str(folder)]):
             continue
         try:
             spec = importlib.util.find_spec(top)
@@ -145,14 +153,14 @@ def _modules_to_ship(cfg: RunConfig, folder: Path) -> list[Path]:
 
 
 @functools.cache
-def _worker_path() -> tuple[str, ...]:
-    """sys.path of a fresh interpreter, as a worker process starts with (not the kernel's additions)."""
+def _importable_by_workers(top: str) -> bool:
+    """Whether a fresh interpreter, as a worker process starts (without the kernel's `sys.path`
+    additions), imports `top`. Its own finders decide, so an editable install counts: the installed
+    rlfactory_nb then stays put, presets and all, instead of travelling as a copy."""
     neutral = tempfile.gettempdir()
-    out = subprocess.run(
-        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-        capture_output=True, text=True, cwd=neutral, check=True, timeout=60,
-    )
-    return tuple(json.loads(out.stdout))
+    probe = f"import importlib.util, sys; sys.path.pop(0); print(importlib.util.find_spec({top!r}) is not None)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=neutral, check=True, timeout=60)
+    return out.stdout.strip() == "True"
 
 
 def _stage(files: dict[str, Path]) -> tuple[Path, dict[str, str]]:

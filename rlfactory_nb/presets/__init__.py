@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from rlfactory_nb.model_files import ModelFilesError, forbid_preset_builds, node_name
 from rlfactory_nb.presets import calculator
 from rlfactory_nb.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
@@ -35,7 +36,8 @@ RECIPE_VERSION = 3  # bump when the recipe changes in code (data, curriculum), n
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("RLFACTORY_NB_CACHE", Path.home() / ".cache" / "rlfactory_nb"))
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlfactory_nb"
+    return Path(os.environ.get("RLFACTORY_NB_CACHE") or default)
 
 
 def tiny_config() -> Qwen3Config:
@@ -80,6 +82,13 @@ def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
     problem = unusable_because(folder, recipe_hash())
     if problem is None:
         return folder
+    cached = cache_dir() / f"{name}-{recipe_hash()}"
+    if forbid_preset_builds() and not (cached / "config.json").exists():
+        raise ModelFilesError(
+            f"the {name} preset shipped in the package at {folder} on node {node_name()} {problem}, and the "
+            f"node's cache has no build of it ({cached}); a job's nodes never build a preset, so that they "
+            "train the weights the kernel inspected: install the package whole on every node"
+        )
     log(
         f"the shipped {name} preset {problem}; using the cache instead. "
         f"`rlfactory-nb preset build {name} --ship` rebuilds the shipped copy"

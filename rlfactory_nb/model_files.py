@@ -1,0 +1,146 @@
+"""Which folder a model name means on this node, and a digest of its files.
+
+A job must train the model the kernel inspected. The kernel and the training driver each resolve the
+run's `model.name` on their own node (an embedded preset, a local folder, a LoRA checkpoint or a hub
+id), so `launch` sends the kernel's digest along and the driver compares it with the digest of the
+folder it resolved, before step 1 (cluster/driver.py). The digest covers the weights (with the model
+config) and the tokenizer (with its chat template) apart, so a mismatch says which half differs.
+
+Nodes of a cluster never build a preset: the environment variable NO_PRESET_BUILD, set in a job's
+runtime_env, turns a missing or partial preset into an error that names the file and the node,
+rather than a six-minute rebuild of weights that are not the kernel's.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+NO_PRESET_BUILD = "RLFACTORY_NB_NO_PRESET_BUILD"
+"""set (to 1) in a job's runtime_env: a preset missing on a node is an error there, never a build"""
+
+WEIGHT_FILES = ("config.json", "adapter_config.json")
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+)
+
+
+class ModelFilesError(FileNotFoundError):
+    """A model's files are missing or partial on this node."""
+
+
+@dataclass(frozen=True)
+class ModelDigest:
+    """SHA-256 over a model folder's files, by name: the weights half and the tokenizer half."""
+
+    weights: str
+    """the model config and every weight file (`*.safetensors`, `*.bin`; an adapter's too)"""
+    tokenizer: str
+    """the tokenizer files and the chat template"""
+
+    def differs_from(self, other: ModelDigest) -> list[str]:
+        """The halves that differ ("weights", "tokenizer"), empty when the two are the same model."""
+        return [half for half in ("weights", "tokenizer") if getattr(self, half) != getattr(other, half)]
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str]) -> ModelDigest:
+        return cls(weights=data["weights"], tokenizer=data["tokenizer"])
+
+    def __str__(self) -> str:
+        return f"weights {self.weights[:12]}, tokenizer {self.tokenizer[:12]}"
+
+
+def node_name() -> str:
+    """This machine, as an error names it."""
+    return socket.gethostname()
+
+
+def model_folder(name: str | Path, log: Callable[[str], None] = print) -> Path | str:
+    """The folder `name` means here: a preset's (shipped, else cached, else built unless this node
+    forbids it), a local folder as given, or a hub id unchanged (str)."""
+    from rlfactory_nb import presets
+
+    text = str(name)
+    if text in presets.PRESETS:
+        return presets.preset_path(text, log=log)
+    path = Path(text).expanduser()
+    if path.exists() or path.is_absolute() or text.startswith((".", "~")):
+        return _checked_folder(path)
+    return text  # a hub id
+
+
+def _checked_folder(path: Path) -> Path:
+    if not path.is_dir():
+        raise ModelFilesError(
+            f"model folder {path} is not on node {node_name()}: put it on storage every node mounts (the job "
+            "reads it by that path), or name a preset or a hub id"
+        )
+    if not any(file.suffix in WEIGHT_SUFFIXES for file in path.iterdir()):
+        raise ModelFilesError(
+            f"model folder {path} on node {node_name()} holds no weight file (*.safetensors or *.bin): a "
+            "partial copy? Copy the whole folder"
+        )
+    return path
+
+
+def local_model_digest(name: str | Path) -> ModelDigest | None:
+    """The digest of what `name` means on this node, or None for a hub id not in the local cache
+    (nothing here to compare; the driver downloads it)."""
+    folder = model_folder(name, log=lambda _: None)
+    if isinstance(folder, str):
+        folder = _hub_cache_folder(folder)
+        if folder is None:
+            return None
+    return model_digest(folder)
+
+
+def model_digest(folder: str | Path) -> ModelDigest:
+    """See ModelDigest. Reads every weight byte once per (folder, sizes, modification times): about
+    1 GB/s, so a 16 GB model costs ~16 s on the first call of a process."""
+    folder = Path(folder)
+    files = sorted(file for file in folder.iterdir() if file.is_file())
+    stamp = tuple((file.name, file.stat().st_size, file.stat().st_mtime_ns) for file in files)
+    return _digest(folder.resolve(), stamp)
+
+
+@functools.cache
+def _digest(folder: Path, stamp: tuple[tuple[str, int, int], ...]) -> ModelDigest:
+    names = [name for name, _, _ in stamp]
+    weights = [name for name in names if name in WEIGHT_FILES or name.endswith(WEIGHT_SUFFIXES)]
+    tokenizer = [name for name in names if name in TOKENIZER_FILES]
+    if not any(name.endswith(WEIGHT_SUFFIXES) for name in weights):
+        raise ModelFilesError(f"{folder} on node {node_name()} holds no weight file (*.safetensors or *.bin)")
+    return ModelDigest(weights=_files_digest(folder, weights), tokenizer=_files_digest(folder, tokenizer))
+
+
+def _files_digest(folder: Path, names: list[str]) -> str:
+    total = hashlib.sha256()
+    for name in names:
+        with (folder / name).open("rb") as handle:
+            total.update(f"{name}\0{hashlib.file_digest(handle, 'sha256').hexdigest()}\n".encode())
+    return total.hexdigest()
+
+
+def _hub_cache_folder(repo_id: str) -> Path | None:
+    """The locally cached snapshot of a hub model, without any network access."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001  (not cached, or not a valid id: nothing local to digest)
+        return None
+
+
+def forbid_preset_builds() -> bool:
+    """True on a node where a missing preset must be an error (a job's driver and workers)."""
+    return os.environ.get(NO_PRESET_BUILD, "") not in ("", "0")
