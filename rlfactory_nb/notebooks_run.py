@@ -5,11 +5,11 @@ declares picked out of one shared dict, so `steps` reaches 03 and `eval_size` 04
 is written under `<out_dir>/runs/` and 04 evaluates it from there. Each executed notebook is saved
 next to an HTML export, and the paths are returned.
 
-A saved notebook keeps each view's static HTML, not its widgets: the saved widget state of one plotly
-FigureWidget carries the whole plotly.js bundle (about 5 MB), and the HTML export would need the
-network to draw it. `slim` drops a widget output wherever the view gave a static fallback next to it
-(widgets/_base.StaticFallback; plots as SVG from widgets/static.py), and the saved state of every
-widget no output still shows. In the live kernel the widgets stay as they are.
+A saved notebook keeps each view's static HTML, not its widgets: in a headless run the views already
+display only that, with figures that carry no plotly.js bundle (widgets/front_end.py), so plain
+papermill saves light notebooks too. `slim` then drops any widget output that has a static fallback
+next to it (widgets/_base.StaticFallback; plots as SVG from widgets/static.py), and the saved state of
+every widget no output still shows. In a live front-end the widgets stay as they are.
 
     python -m rlfactory_nb.notebooks_run --out runs/demo steps=40 prompts_per_step=16 group_size=8
 """

@@ -7,7 +7,7 @@ written into the view's Output area with its traceback, never swallowed by the c
 
 `StaticFallback` gives every view an HTML rendering too, for notebooks saved without widget state:
 plots in it are static SVG (widgets/static.py), so a saved notebook needs neither plotly.js nor a
-network to show them.
+network to show them. In a headless run (papermill: widgets/front_end.py) it is the only rendering.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from typing import Any
 import ipywidgets as widgets
 
 from rlfactory_nb._async import run_sync
+from rlfactory_nb.widgets.front_end import headless
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def error_area() -> widgets.Output:
@@ -100,9 +103,10 @@ async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
 class StaticFallback:
     """Adds a static HTML rendering next to the live widget in a view's display data.
 
-    JupyterLab shows the live widget; an executed notebook saved without widget state (papermill,
-    nbconvert's HTML export, GitHub) shows the HTML instead of "VBox(children=...)". The HTML is a
-    snapshot taken when the view is displayed."""
+    JupyterLab shows the live widget; an executed notebook saved without widget state (nbconvert's
+    HTML export, GitHub) shows the HTML instead of "VBox(children=...)". A headless run (papermill)
+    displays the HTML alone, so the saved notebook never shows a widget whose figures it did not
+    keep. The HTML is a snapshot taken when the view is displayed."""
 
     def static_html(self) -> str:
         raise NotImplementedError
@@ -113,6 +117,8 @@ class StaticFallback:
             bundle["text/html"] = self.static_html()
         except Exception as error:  # noqa: BLE001  (a snapshot must never break the live view)
             bundle["text/html"] = f"<pre>{type(error).__name__}: {error}</pre>"
+        if headless():
+            bundle.pop(WIDGET_VIEW, None)
         return bundle
 
 

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES
 from rlfactory_nb.types import Trajectory
 from rlfactory_nb.widgets._base import StaticFallback, error_area, report_error, run_callback
+from rlfactory_nb.widgets.front_end import figure_widget
 from rlfactory_nb.widgets.static import Chart, Series, charts_html, nice_ticks
 from rlfactory_nb.widgets.trajectory import TrajectoryView
 
@@ -192,7 +193,7 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         height = ROW_HEIGHT_PX * GRID_ROWS
         margin = {"t": 40, "b": 70, "l": 50, "r": 20}
         plot_height = height - margin["t"] - margin["b"]
-        figure = go.FigureWidget(make_subplots(
+        figure = figure_widget(make_subplots(
             rows=GRID_ROWS, cols=COLUMNS, subplot_titles=[p.title for p in PANELS],
             horizontal_spacing=0.07, vertical_spacing=GAP_PX / plot_height,
         ))

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from rlfactory_nb.eval import EvalComparison, EvalReport
 from rlfactory_nb.widgets._base import StaticVBox, figure_html
+from rlfactory_nb.widgets.front_end import figure_widget
 from rlfactory_nb.widgets.registry import register_view
 
 CHARTED = ("sampled_reward", "greedy_reward", "tool_call_rate", "tool_success_rate")
@@ -24,7 +25,7 @@ def comparison_view(comparison: EvalComparison) -> StaticVBox:
 
 
 def summary_figure(reports: list[EvalReport]) -> go.FigureWidget:
-    figure = go.FigureWidget(layout={"barmode": "group", "height": 300, "title": "evaluation", "yaxis": {"range": [0, 1]}})
+    figure = figure_widget(layout={"barmode": "group", "height": 300, "title": "evaluation", "yaxis": {"range": [0, 1]}})
     for report in reports:
         figure.add_bar(x=list(CHARTED), y=[getattr(report, key) for key in CHARTED], name=report.label)
     return figure

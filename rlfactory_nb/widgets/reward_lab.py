@@ -11,11 +11,11 @@ import html
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.widgets._base import StaticFallback, figure_html
 from rlfactory_nb.widgets.controls import selector, set_options
+from rlfactory_nb.widgets.front_end import figure_widget
 from rlfactory_nb.widgets.registry import register_view
 from rlfactory_nb.widgets.trajectory import TrajectoryView
 
@@ -44,8 +44,8 @@ class RewardLabView(StaticFallback, widgets.VBox):
         self.lab = lab
         self.warnings = widgets.HTML()
         self.table = widgets.HTML()
-        self.histograms = go.FigureWidget(layout={"title": "scores by reward function", "barmode": "overlay", "height": 300})
-        self.advantage_plot = go.FigureWidget(layout={"title": "GRPO advantage per sample", "height": 300, "xaxis": {"title": "prompt"}})
+        self.histograms = figure_widget(layout={"title": "scores by reward function", "barmode": "overlay", "height": 300})
+        self.advantage_plot = figure_widget(layout={"title": "GRPO advantage per sample", "height": 300, "xaxis": {"title": "prompt"}})
         self.reward_choice = selector("advantages of reward")
         self.sample_choice = selector("trajectory of sample")
         self.trajectory_area = widgets.Output()
