@@ -36,6 +36,8 @@ class Panel:
     """metric keys drawn as lines; a key ending in "/" draws every key with that prefix"""
     stacked: bool = False
     empty_note: str = "no data yet"
+    title_without: tuple[str, str] | None = None
+    """(key, title): the title while the panel draws other keys but never `key`"""
 
     @property
     def legend(self) -> bool:
@@ -45,7 +47,7 @@ class Panel:
 
 PANELS = (
     Panel("reward", ("reward/mean", "reward/", "eval/sampled_reward/mean", "eval/greedy_reward/mean")),
-    Panel("KL and entropy", ("train/kl", "train/entropy")),
+    Panel("KL and entropy", ("train/kl", "train/entropy"), title_without=("train/kl", "entropy (KL off: grpo.kl_coef = 0)")),
     Panel("response tokens", ("rollout/response_tokens_mean",)),
     Panel("tool use", ("rollout/tool_call_rate", "tools/success_rate")),
     Panel("parse errors", ("rollout/parse_errors",)),
@@ -113,13 +115,27 @@ def panel_series(panel: Panel, rows: list[dict[str, Any]]) -> dict[str, tuple[li
     return series
 
 
+def panel_title(panel: Panel, series: dict[str, Any]) -> str:
+    """What the panel is called, given the series it draws: the KL panel of a run without KL says so.
+
+    >>> kl, point = PANELS[1], ([1], [0.5])
+    >>> panel_title(kl, {"train/entropy": point}), panel_title(kl, {"train/kl": point, "train/entropy": point})
+    ('entropy (KL off: grpo.kl_coef = 0)', 'KL and entropy')
+    >>> panel_title(kl, {})  # nothing drawn yet: the panel says "no data yet"
+    'KL and entropy'
+    """
+    if panel.title_without is not None and series and panel.title_without[0] not in series:
+        return panel.title_without[1]
+    return panel.title
+
+
 def panel_chart(panel: Panel, rows: list[dict[str, Any]]) -> Chart:
     """The static twin of one live panel."""
-    series = tuple(
-        Series(label(key), tuple(steps), tuple(values), "bar" if panel.stacked else "line")
-        for key, (steps, values) in panel_series(panel, rows).items()
-    )
-    return Chart(panel.title, series, barmode="stack", integer_x=True, empty_note=panel.empty_note, legend=panel.legend)
+    drawn = panel_series(panel, rows)
+    kind = "bar" if panel.stacked else "line"
+    series = tuple(Series(label(key), tuple(steps), tuple(values), kind) for key, (steps, values) in drawn.items())
+    title = panel_title(panel, drawn)
+    return Chart(title, series, barmode="stack", integer_x=True, empty_note=panel.empty_note, legend=panel.legend)
 
 
 def step_tick(last_step: int, target: int = 6) -> int:
@@ -227,12 +243,13 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         self._list_rollouts(self.job.latest_trajectories(ROLLOUT_CHOICES))
 
     def _draw(self, rows: list[dict[str, Any]]) -> None:
-        notes = []
+        titles, notes = [], []
         with self.figure.batch_update():
             self.figure.data = ()
             for index, panel in enumerate(PANELS):
                 row, col = divmod(index, COLUMNS)
                 series = panel_series(panel, rows)
+                titles.append(go.layout.Annotation(self._titles[index], text=panel_title(panel, series)))
                 legend = "legend" if index == 0 else f"legend{index + 1}"
                 for key, (steps, values) in series.items():
                     common = {"x": steps, "y": values, "name": label(key), "legend": legend, "showlegend": panel.legend}
@@ -244,7 +261,7 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
                         text=panel.empty_note, xref=f"x{suffix} domain", yref=f"y{suffix} domain", x=0.5, y=0.5,
                         showarrow=False, font={"color": "#888", "size": 11},
                     ))
-            self.figure.layout.annotations = self._titles + tuple(notes)
+            self.figure.layout.annotations = tuple(titles + notes)
             last_step = max((int(row["step"]) for row in rows), default=1)
             self.figure.update_xaxes(dtick=step_tick(last_step))
 

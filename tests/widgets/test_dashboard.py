@@ -119,3 +119,20 @@ def test_a_job_without_a_stepper_gets_no_stepper_button(tmp_path):
 def test_step_ticks_are_whole_steps():
     assert [step_tick(n) for n in (1, 2, 5, 12, 40)] == [1, 1, 1, 2, 10]
     assert label("time/update_s") == "update" and label("reward/em") == "em"
+
+
+def test_the_kl_panel_says_when_a_run_has_no_kl(tmp_path):
+    """A run with grpo.kl_coef = 0 logs entropy only; the panel's title says why KL is missing."""
+    (panel,) = [panel for panel in PANELS if panel.title == "KL and entropy"]
+    rows = [{"step": step, "reward/mean": 0.1 * step, "train/entropy": 2.0 - 0.1 * step} for step in (1, 2)]
+    assert panel_chart(panel, rows).title == "entropy (KL off: grpo.kl_coef = 0)"
+    assert panel_chart(panel, [row(1, 0.2)]).title == "KL and entropy"
+    run = tmp_path / "demo"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    RunFolder(run).write_status(state="finished", step=2, steps=2)
+    dashboard = TrainingDashboard(TrainingJob.attach("demo", output_dir=tmp_path), autostart=False)
+    titles = [annotation.text for annotation in dashboard.figure.layout.annotations]
+    assert "entropy (KL off: grpo.kl_coef = 0)" in titles and "KL and entropy" not in titles
+    assert titles[:len(PANELS)][0] == "reward"  # the other panels keep their titles
+    assert "entropy (KL off: grpo.kl_coef = 0)" in dashboard.static_html()
