@@ -69,6 +69,7 @@ def launch(
     """
     import ray
 
+    from rlfactory_nb.cluster.quiet import quiet_ray_logs
     from rlfactory_nb.cluster.shipping import runtime_env, upload
     from rlfactory_nb.train.objects import RunObjects
 
@@ -87,11 +88,13 @@ def launch(
         payload = RunObjects.saved_bytes(folder.path)
     folder.write_status(state="pending", step=0, steps=cfg.grpo.steps, error=None, run_dir=str(folder.path), model=cfg.model.name)
     cpus = num_cpus if num_cpus is not None else cfg.cluster.cpus_per_worker
+    with quiet_ray_logs():  # Ray's "Creating a file package ... Pushing ..." lines, shown only if it fails
+        uploaded = upload(env)
     actor = (
         ray.remote(TrainingDriver)
         .options(
             name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0,
-            runtime_env=upload(env),
+            runtime_env=uploaded,
         )
         .remote(driver_cfg.to_dict(), resume, max(1, int(cpus)), linger_s, payload, staged)
     )

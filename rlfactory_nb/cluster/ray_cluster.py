@@ -9,7 +9,8 @@ machine and `"ray://host:10001"` a remote one through Ray Client.
 Token authentication: clusters started with `ray start` require a token by default. Pass
 `token=` (the string) or `token_path=`, or keep it in `~/.ray/auth_token` or `$RAY_AUTH_TOKEN`;
 `connect` sets `RAY_AUTH_MODE=token` when a token is given, and turns Ray's authentication error
-into one that says where the token goes.
+into one that says where the token goes. Ray's own log lines while connecting stay out of the cell
+unless connecting fails (cluster/quiet.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rlfactory_nb.cluster.quiet import quiet_ray_logs
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +95,18 @@ class Cluster:
         address = None if address == "local" else address
         _set_token(token, token_path)
         try:
-            if address is None:
-                cpus, object_store = machine_limits()
-                context = start_local(
-                    num_cpus=num_cpus or cpus,
-                    object_store_memory=int(object_store_memory_gb * _GIB) if object_store_memory_gb else object_store,
-                    include_dashboard=dashboard,
-                    namespace=NAMESPACE,
-                    log_to_driver=False,  # job output goes to runs/<name>/job.log, not into cells
-                )
-            else:
-                context = join(address, namespace=NAMESPACE, log_to_driver=False)
+            with quiet_ray_logs():  # Ray's token notices and start-up line; shown if connecting fails
+                if address is None:
+                    cpus, object_store = machine_limits()
+                    context = start_local(
+                        num_cpus=num_cpus or cpus,
+                        object_store_memory=int(object_store_memory_gb * _GIB) if object_store_memory_gb else object_store,
+                        include_dashboard=dashboard,
+                        namespace=NAMESPACE,
+                        log_to_driver=False,  # job output goes to runs/<name>/job.log, not into cells
+                    )
+                else:
+                    context = join(address, namespace=NAMESPACE, log_to_driver=False)
         except Exception as error:
             raise _explain(error, address) from error
         url = getattr(context, "dashboard_url", None) or None
