@@ -70,6 +70,7 @@ def launch(
     import ray
 
     from rlfactory_nb.cluster.quiet import quiet_ray_logs
+    from rlfactory_nb.cluster.shipment import shipment_summary
     from rlfactory_nb.cluster.shipping import runtime_env, upload
     from rlfactory_nb.train.objects import RunObjects
 
@@ -98,7 +99,7 @@ def launch(
         )
         .remote(driver_cfg.to_dict(), resume, max(1, int(cpus)), linger_s, payload, staged)
     )
-    return TrainingJob(cfg.name, folder.path, actor, cluster)
+    return TrainingJob(cfg.name, folder.path, actor, cluster, shipped=shipment_summary(env, staged))
 
 
 def _preflight(cfg: RunConfig, objects: Any) -> None:
@@ -165,11 +166,15 @@ def _prepare_folder(folder: RunFolder, resume: bool, replace: bool) -> None:
 class TrainingJob:
     """A handle on one run; see the module docstring."""
 
-    def __init__(self, name: str, run_dir: str | Path, actor: Any = None, cluster: Cluster | None = None):
+    def __init__(
+        self, name: str, run_dir: str | Path, actor: Any = None, cluster: Cluster | None = None, shipped: str | None = None
+    ):
         self.name = name
         self.folder = RunFolder(Path(run_dir))
         self.cluster = cluster
         self._actor = actor
+        self.shipped = shipped
+        """what `launch` shipped, in one line (cluster/shipment.py); None for an attached job"""
 
     @classmethod
     def attach(cls, name: str, cluster: Cluster | None = None, output_dir: str | Path = "runs") -> TrainingJob:
@@ -394,4 +399,6 @@ class TrainingJob:
 
     def __repr__(self) -> str:
         info = self.info()
-        return f"TrainingJob({self.name!r}, {info.get('state')}, step {info.get('step', 0)}/{info.get('steps', '?')}, {self.run_dir})"
+        step = f"step {info.get('step', 0)}/{info.get('steps', '?')}"
+        shipped = f", {self.shipped}" if self.shipped else ""
+        return f"TrainingJob({self.name!r}, {info.get('state')}, {step}, {self.run_dir}{shipped})"
