@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlfactory_nb import presets
 from rlfactory_nb._views import view_of
 from rlfactory_nb.cluster.driver import TrainingDriver
 from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.model_files import local_model_digest, model_folder
 from rlfactory_nb.types import Trajectory
 
 if TYPE_CHECKING:
@@ -77,8 +79,9 @@ def launch(
     objects = RunObjects.of(reward, tools, train_data, eval_data)
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
     _preflight(cfg, objects)
-    cluster = cluster or Cluster.connect(cfg.cluster.address)
     cfg = _absolute(cfg)
+    expected = local_model_digest(cfg.model.name)  # what the kernel inspects; the driver must train it
+    cluster = cluster or Cluster.connect(cfg.cluster.address)
     env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     folder = RunFolder(cfg.run_dir)
     _retire_previous(cfg.name, folder)
@@ -97,7 +100,10 @@ def launch(
             name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0,
             runtime_env=uploaded,
         )
-        .remote(driver_cfg.to_dict(), resume, max(1, int(cpus)), linger_s, payload, staged)
+        .remote(
+            driver_cfg.to_dict(), resume, max(1, int(cpus)), linger_s, payload, staged,
+            expected.to_dict() if expected is not None else None,
+        )
     )
     return TrainingJob(cfg.name, folder.path, actor, cluster, shipped=shipment_summary(env, staged))
 
@@ -128,6 +134,9 @@ def _absolute(cfg: RunConfig) -> RunConfig:
     overrides: dict[str, Any] = {"output_dir": str(Path(cfg.output_dir).resolve())}
     if cfg.tools.config is not None and Path(cfg.tools.config).exists():
         overrides["tools.config"] = str(Path(cfg.tools.config).resolve())
+    folder = model_folder(cfg.model.name, log=lambda _: None)
+    if isinstance(folder, Path) and cfg.model.name not in presets.PRESETS:
+        overrides["model.name"] = str(folder.resolve())  # weights never travel with the project folder
     return cfg.replace(overrides)
 
 
@@ -250,11 +259,10 @@ class TrainingJob:
         checkpoints = self.checkpoints
         if checkpoints:
             return AutoTokenizer.from_pretrained(str(checkpoints[-1]))
-        from rlfactory_nb import presets
+        from rlfactory_nb.model_files import model_folder
 
         model = self.folder.status().get("model") or "tiny-calculator"
-        path = presets.preset_path(model) if model in presets.PRESETS else model
-        return AutoTokenizer.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(model_folder(model)))
 
     # ------------------------------------------------------------------ control
 
