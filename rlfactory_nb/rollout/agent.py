@@ -7,6 +7,11 @@ while one waits for a tool the engine serves the others: there is no barrier acr
 
 Token ids follow rollout/tokens.py: the engine's ids are kept as sampled (loss mask 1), everything
 the loop adds (tool responses, the next assistant header) is a masked delta.
+
+A trajectory started with a `SampleId` (what the trainer's rollouts pass) seeds each turn's request
+from that id and the turn index (rollout/seeds.py), so it samples the same tokens however the
+engine schedules it; without one, requests keep the agent's `sampling.seed` (None: the engine's own
+generator).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.parsing import format_error_for_model, get_parser
+from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids
 from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn
 
@@ -122,16 +128,24 @@ class Agent:
     def tool_schemas(self) -> list[dict] | None:
         return [spec.to_openai() for spec in self.tools.specs] if self.tools else None
 
-    def start(self, messages: Sequence[Message], metadata: dict[str, Any] | None = None) -> AgentSession:
+    def start(
+        self, messages: Sequence[Message], metadata: dict[str, Any] | None = None, sample_id: SampleId | None = None
+    ) -> AgentSession:
         """A trajectory that advances one turn per `await session.step()` (the RolloutStepper's view)."""
-        return AgentSession(self, messages, metadata)
+        return AgentSession(self, messages, metadata, sample_id)
 
-    async def rollout(self, messages: Sequence[Message], metadata: dict[str, Any] | None = None) -> Trajectory:
-        """Run one trajectory from `messages` (the prompt) to its end."""
-        return await self.start(messages, metadata).run()
+    async def rollout(
+        self, messages: Sequence[Message], metadata: dict[str, Any] | None = None, sample_id: SampleId | None = None
+    ) -> Trajectory:
+        """Run one trajectory from `messages` (the prompt) to its end; `sample_id` seeds its requests."""
+        return await self.start(messages, metadata, sample_id).run()
 
-    async def _generate(self, traj: Trajectory, progress: _Progress, budget: int) -> Turn:
-        sampling = replace(self.sampling, max_new_tokens=min(self.sampling.max_new_tokens, budget))
+    async def _generate(self, traj: Trajectory, progress: _Progress, budget: int, seed: int | None) -> Turn:
+        sampling = replace(
+            self.sampling,
+            max_new_tokens=min(self.sampling.max_new_tokens, budget),
+            seed=self.sampling.seed if seed is None else seed,
+        )
         started = time.perf_counter()
         generation = await self.engine.generate(progress.all_ids, sampling)
         progress.add(generation.token_ids, sampled=True, logprobs=generation.logprobs)
@@ -206,8 +220,15 @@ class AgentSession:
     """One trajectory in progress. `step` runs one assistant turn and the tool calls it makes;
     `Agent.rollout` is `run`, i.e. `step` until `done`, so both paths share every rule."""
 
-    def __init__(self, agent: Agent, messages: Sequence[Message], metadata: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        agent: Agent,
+        messages: Sequence[Message],
+        metadata: dict[str, Any] | None = None,
+        sample_id: SampleId | None = None,
+    ):
         self.agent = agent
+        self.sample_id = sample_id
         messages = [dict(m) for m in messages]
         self._tools = agent.tool_schemas()
         self._progress = _Progress(prompt_ids(agent.tokenizer, messages, self._tools, agent.enable_thinking), [], [], [])
@@ -244,7 +265,8 @@ class AgentSession:
         budget = agent.max_total_tokens - len(progress.all_ids)
         if budget <= 0:
             return self._finish("length", None)
-        turn = await agent._generate(traj, progress, budget)
+        seed = self.sample_id.turn_seed(traj.num_turns) if self.sample_id is not None else None
+        turn = await agent._generate(traj, progress, budget, seed)
         if turn.finish_reason == "length":
             return self._finish("length", turn)
         if not turn.calls and not turn.parse_errors:

@@ -3,17 +3,21 @@
 Every trajectory is its own task; a semaphore caps how many are in flight (generating or waiting on
 tools). Nothing waits for a whole turn of the batch to finish, which is what lets tool latency
 overlap with generation.
+
+Given `sample_ids`, each trajectory is named (prompt, sample) and seeds its requests from that name
+(rollout/seeds.py), so the tokens it samples do not depend on the order the tasks happen to run in.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.types import Trajectory
 
 
@@ -23,11 +27,13 @@ async def rollout_groups(
     group_size: int,
     max_in_flight: int = 256,
     progress: bool = False,
+    sample_ids: Callable[[int, int], SampleId] | None = None,
 ) -> list[list[Trajectory]]:
     """Trajectories grouped by prompt: result[i] holds `group_size` rollouts of rows[i].
 
     A row is `{"messages": [...], "ground_truth": ..., **columns}`; the columns land in each
-    trajectory's metadata (reward functions see them as `sample.metadata`).
+    trajectory's metadata (reward functions see them as `sample.metadata`). `sample_ids(prompt,
+    sample)` names the sample-th rollout of rows[prompt] for its seeds; None leaves them unseeded.
     """
     limit = asyncio.Semaphore(max_in_flight)
     bar = tqdm(total=len(rows) * group_size, desc="rollouts", disable=not progress, leave=False)
@@ -37,7 +43,8 @@ async def rollout_groups(
         metadata = {k: v for k, v in row.items() if k != "messages"}
         metadata.update(prompt_index=prompt_index, sample_index=sample_index)
         async with limit:
-            traj = await agent.rollout(row["messages"], metadata)
+            sample_id = sample_ids(prompt_index, sample_index) if sample_ids is not None else None
+            traj = await agent.rollout(row["messages"], metadata, sample_id)
         bar.update(1)
         return traj
 

@@ -12,6 +12,7 @@ from rlfactory_nb.presets import calculator
 from rlfactory_nb.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent, DriftError
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.tools import ToolSet
 
 from .scripted import ScriptedEngine
@@ -71,6 +72,23 @@ async def test_a_prompt_longer_than_the_budget_ends_at_once_without_truncation(t
     agent = agent_for(tokenizer, None, {"x": ["<answer>1</answer>"]}, max_total_tokens=10)
     traj = await agent.rollout([{"role": "user", "content": "x " * 50}])
     assert traj.finish_reason == "length" and traj.response_ids == [] and traj.num_turns == 0
+
+
+async def test_a_sample_id_seeds_each_turn_and_without_one_requests_stay_unseeded(tokenizer):
+    replies = {"12*7": [CALL.format(name="calculator", args='{"expression": "12*7"}'), "<answer>84</answer>"]}
+    agent, seeds = agent_for(tokenizer, None, replies, drift="off"), []
+    generate = agent.engine.generate
+
+    async def recording(prompt_ids, sampling):
+        seeds.append(sampling.seed)
+        return await generate(prompt_ids, sampling)
+
+    agent.engine.generate = recording
+    sample = SampleId(seed=3, step=2, prompt=1, sample=5)
+    await agent.rollout([{"role": "user", "content": "What is 12*7?"}], sample_id=sample)
+    await agent.rollout([{"role": "user", "content": "What is 12*7?"}])
+    assert seeds == [sample.turn_seed(0), sample.turn_seed(1), None, None]
+    assert len(set(seeds[:2])) == 2
 
 
 async def test_strict_drift_check_raises_on_multi_turn_qwen3_rollouts(tokenizer):
