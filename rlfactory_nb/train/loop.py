@@ -43,6 +43,7 @@ from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import ExtraTools, build_tools
 from rlfactory_nb.train import checkpoint as ckpt
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
@@ -236,11 +237,17 @@ class Trainer:
         staleness = sample_staleness(trained, self.step - 1)
         return overlap_metrics(staleness, self.max_staleness, waited_s, busy - busy_then, trainer_s, now - then)
 
-    def _rollouts(self, step: int) -> Callable[[list[dict[str, Any]]], Awaitable[list[list[Trajectory]]]]:
-        """Group rollouts of some rows on the backend's engines, for `draw_groups`."""
+    def _rollouts(self, step: int) -> Callable[[list[dict[str, Any]], int], Awaitable[list[list[Trajectory]]]]:
+        """Group rollouts of some rows on the backend's engines, for `draw_groups`; each request is
+        seeded by (seed, step, prompt, sample, turn), so a step samples the same tokens on every run."""
+        grpo = self.cfg.grpo
 
-        async def rollout(rows: list[dict[str, Any]]) -> list[list[Trajectory]]:
-            work = rollout_groups(self.agent, rows, self.cfg.grpo.group_size, self.cfg.rollout.max_in_flight)
+        async def rollout(rows: list[dict[str, Any]], first: int) -> list[list[Trajectory]]:
+            def sample_id(prompt: int, sample: int) -> SampleId:  # `first`: rows[0]'s index in the step
+                return SampleId(grpo.seed, step, first + prompt, sample)
+
+            in_flight = self.cfg.rollout.max_in_flight
+            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id)
             return await self._on_backend(step, "the rollouts", work, actor_deaths_only=True)
 
         return rollout

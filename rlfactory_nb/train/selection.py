@@ -113,17 +113,18 @@ async def draw_groups(
     order: PromptOrder,
     rows: Sequence[Row],
     grpo: Any,
-    rollout: Callable[[list[Row]], Awaitable[Groups]],
+    rollout: Callable[[list[Row], int], Awaitable[Groups]],
     score: Callable[[Groups], Awaitable[list[list[RewardOutcome]]]],
     timer: StepTimer,
 ) -> StepGroups:
-    """Roll out and score the step's prompts, then dynamic sampling's extra rounds while needed."""
+    """Roll out and score the step's prompts, then dynamic sampling's extra rounds while needed.
+    `rollout(rows, first)` gets the step's index of rows[0] (prompts count on across rounds)."""
     drawn = StepGroups()
     extra_rounds = grpo.dynamic_sampling.max_rounds if grpo.dynamic_sampling is not None else 0
     for round_ in range(extra_rounds + 1):
         indices = order.indices(step) if round_ == 0 else order.refill(step, round_)
         with timer("rollout"):
-            groups = await rollout([rows[index] for index in indices])
+            groups = await rollout([rows[index] for index in indices], len(drawn.groups))
         with timer("reward"):
             outcomes = await score(groups)
         drawn.add(groups, outcomes)

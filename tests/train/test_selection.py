@@ -45,8 +45,8 @@ async def one_step(cfg, finish_every_other: bool = False):
     def marking(step):
         rollout = rollouts(step)
 
-        async def marked(rows):
-            groups = await rollout(rows)
+        async def marked(rows, first):
+            groups = await rollout(rows, first)
             for group in groups:
                 for index, traj in enumerate(group):
                     traj.finish_reason = "stop" if finish_every_other and index % 2 else traj.finish_reason
