@@ -88,6 +88,17 @@ async def test_stop_tokens_and_budget_end_generation(engine, prompts, stop_token
     assert len(budget.token_ids) == GREEDY.max_new_tokens and budget.finish_reason == "length"
 
 
+async def test_a_seeded_request_samples_the_same_tokens_twice(engine, prompts):
+    seeded = SamplingParams(max_new_tokens=24, seed=11)
+    alone = await engine.generate(prompts[2], seeded)
+    # Again in a batch with unseeded requests: a seeded request has a generator of its own in vLLM.
+    others = [engine.generate(prompt, SamplingParams(max_new_tokens=24)) for prompt in prompts]
+    together, *_ = await asyncio.gather(engine.generate(prompts[2], seeded), *others)
+    assert together.token_ids == alone.token_ids
+    other_seed = await engine.generate(prompts[2], SamplingParams(max_new_tokens=24, seed=12))
+    assert other_seed.token_ids != alone.token_ids
+
+
 async def test_update_weights_then_logprobs_match_the_new_weights(
     engine, tiny_model, prompts, forward_logprobs, random_qwen3
 ):
