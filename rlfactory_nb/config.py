@@ -188,7 +188,8 @@ class GRPOConfig:
     checkpoint_every: NonNegativeInt = 10
     """steps between checkpoints (0: only at the end)"""
     seed: Annotated[int, Range(ge=0, lt=2**32)] = 0
-    """seed for prompt sampling, rollouts and initialization"""
+    """seed for prompt order, initialization and every sampled request (one seed per step, prompt,
+    sample and turn): a synchronous run repeats its tokens and rewards per seed (docs/decisions.md)"""
     token_budget: PositiveInt | None = None
     """dr_grpo's constant loss divisor in tokens; None: rollout.max_new_tokens * rollout.max_turns"""
     truncate_ratio: PositiveFloat | None = None
