@@ -1,8 +1,15 @@
 """Kernel-enforced confinement for the python sandbox's child process (Linux only).
 
 Resource limits (rlimits) bound time, memory and output, but not *where* code writes, what it may
-reach nor whether it starts processes (RLIMIT_NPROC is per user and ignored for root, which
-containers often are). Three kernel features close that gap without a container or any package:
+reach, whether it starts processes, nor memory outside the address space (RLIMIT_NPROC is per user
+and ignored for root, which containers often are). Four kernel features close that gap without a
+container or any package:
+
+* **A private folder** (root with CAP_SYS_ADMIN, probed once): the child enters a mount namespace of
+  its own, makes every mount in it private (nothing propagates back to the server's), and mounts a
+  tmpfs of fixed size and inode count (`size=`, `nr_inodes=`) on its working folder, and a read-only
+  one on /dev/shm. The folder's files live only as long as the child: the namespace, and the tmpfs
+  with it, goes when it exits.
 
 * **Landlock** (Linux >= 5.13): after `restrict_self` the process and everything it execs may create,
   write, truncate, rename or delete files only beneath the sandbox's temporary folder (and write to
@@ -20,7 +27,10 @@ containers often are). Three kernel features close that gap without a container 
   threads are still allowed. It also refuses `socket` (any family: no TCP, MPTCP, UDP, ICMP, unix,
   netlink or packet sockets; `socketpair`, which asyncio uses, still works) unless the network is
   allowed, and `io_uring_setup` (io_uring can open sockets past seccomp), `open_by_handle_at`,
-  `ptrace`, `process_vm_readv/writev`, `unshare` and `setns`.
+  `ptrace`, `process_vm_readv/writev`, `unshare` and `setns`; and every way to hold memory outside
+  the address space (RLIMIT_AS) that files and rlimits do not bound: `memfd_create`, `memfd_secret`,
+  SysV shared memory and message queues (`shmget`, `msgget`: they outlive the process), POSIX
+  message queues (`mq_open`) and `bpf` maps.
 
 Everything that allocates (the BPF program, the libc handle, packed structs) is prepared in the
 parent; the child (between fork and exec, in `preexec_fn`) only makes system calls. Where a feature
@@ -31,9 +41,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 import struct
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +62,11 @@ _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
+# A private folder: mount namespace and tmpfs (linux/sched.h, linux/mount.h)
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 1, 2, 4, 1 << 14, 1 << 18
+_SHM = b"/dev/shm"
+
 # Identity: uid/gid 65534 ("nobody"), keeping only CAP_DAC_READ_SEARCH (linux/capability.h, prctl.h)
 SANDBOX_UID = 65534
 _CAP_DAC_READ_SEARCH = 2
@@ -63,17 +81,20 @@ _RET_ERRNO = 0x00050000
 _CLONE_THREAD = 0x00010000
 _X32_SYSCALL_BIT = 0x40000000
 _DENIED = ("fork", "vfork", "io_uring_setup", "open_by_handle_at", "ptrace", "process_vm_readv",
-           "process_vm_writev", "unshare", "setns")
+           "process_vm_writev", "unshare", "setns",
+           "memfd_create", "memfd_secret", "shmget", "msgget", "mq_open", "bpf")
 # audit arch and system call numbers; aarch64 has no fork/vfork system calls
 _ARCHES = {
     "x86_64": (0xC000003E, {
         "clone": 56, "clone3": 435, "fork": 57, "vfork": 58, "socket": 41, "io_uring_setup": 425,
         "open_by_handle_at": 304, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-        "unshare": 272, "setns": 308,
+        "unshare": 272, "setns": 308, "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68,
+        "mq_open": 240, "bpf": 321,
     }),
     "aarch64": (0xC00000B7, {
         "clone": 220, "clone3": 435, "socket": 198, "io_uring_setup": 425, "open_by_handle_at": 265,
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "unshare": 97, "setns": 268,
+        "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "msgget": 186, "mq_open": 180, "bpf": 280,
     }),
 }
 
@@ -94,6 +115,8 @@ class Confinement:
     """True when the seccomp filter is available for this machine's architecture"""
     uid: int | None
     """the user the child switches to (SANDBOX_UID when the server runs as root), None: stays"""
+    private_folder: bool
+    """True: the working folder is a tmpfs of the child's own (mount namespace); False: the host's"""
     last_capability: int
     """the kernel's highest capability number (/proc/sys/kernel/cap_last_cap)"""
 
@@ -103,18 +126,25 @@ class Confinement:
             parts.append(f"writes only in the temporary folder (Landlock ABI {self.landlock_abi})")
         else:
             parts.append("writes NOT confined (no Landlock in this kernel)")
+        if self.private_folder:
+            parts.append("its folder is a tmpfs of its own, with a size and file count (mount namespace)")
+        else:
+            parts.append("its folder is on the host's file system: disk use NOT capped but per file (no mount namespace)")
         if self.uid is not None:
             parts.append(f"runs as uid {self.uid} with no capability but CAP_DAC_READ_SEARCH")
         else:
             parts.append("runs as the server's user (start the server as root to switch to another)")
         if self.no_processes:
-            parts.append("no new processes" + ("" if self.network else ", no sockets") + " (seccomp)")
+            parts.append("no new processes" + ("" if self.network else ", no sockets") + ", no memfd or shared memory (seccomp)")
         else:
-            parts.append("processes and sockets NOT limited (no seccomp filter for this machine)")
+            parts.append("processes, sockets, memfd and shared memory NOT limited (no seccomp filter for this machine)")
         return ", ".join(parts)
 
-    def apply(self, workdir: str) -> None:
-        """Confine the calling process. Runs in the child between fork and exec: system calls only."""
+    def apply(self, workdir: str, folder_options: bytes) -> None:
+        """Confine the calling process. Runs in the child between fork and exec: system calls only.
+        `folder_options` are the tmpfs mount options of a private folder (see `folder_options`)."""
+        if self.private_folder:
+            _mount_private_folder(workdir, folder_options)
         _check(_LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
         if self.landlock_abi:
             self._restrict_writes(workdir)
@@ -165,7 +195,50 @@ class Confinement:
 def prepare(network: bool = False) -> Confinement:
     """The confinement this machine supports (probed in the parent)."""
     uid = SANDBOX_UID if _can_switch_user() else None
-    return Confinement(landlock_abi(), network, _PROGRAMS is not None, uid, _last_capability())
+    return Confinement(landlock_abi(), network, _PROGRAMS is not None, uid, _private_folders_work(), _last_capability())
+
+
+def folder_options(size_mb: int, files: int, uid: int | None) -> bytes:
+    """tmpfs options for a private folder of `size_mb` and `files` files and folders (its root
+    included), owned by `uid` (the server's user when None). Prepared in the parent."""
+    owner = os.getuid() if uid is None else uid
+    return f"size={size_mb}m,nr_inodes={files + 1},mode=700,uid={owner},gid={owner}".encode()
+
+
+def _mount_private_folder(workdir: str, options: bytes) -> None:
+    """Enter a mount namespace of our own, keep its mounts from propagating back, mount a tmpfs on
+    `workdir` (and move into it: the old cwd is the folder underneath) and a read-only one on /dev/shm."""
+    _check(_LIBC.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(_LIBC.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount(/, private)")
+    _check(_LIBC.mount(b"tmpfs", os.fsencode(workdir), b"tmpfs", _MS_NOSUID | _MS_NODEV, options), "mount(tmpfs)")
+    os.chdir(workdir)
+    if os.path.isdir(_SHM):
+        _check(_LIBC.mount(b"tmpfs", _SHM, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"size=4k,nr_inodes=1"),
+               "mount(/dev/shm)")
+
+
+@functools.cache
+def _private_folders_work() -> bool:
+    """Whether `_mount_private_folder` works here (root with CAP_SYS_ADMIN, no seccomp or LSM
+    refusing mounts): tried once, in a thread of its own, since a thread may enter a mount namespace
+    without the rest of the process (the namespace goes when the thread ends)."""
+    if _LIBC is None or os.geteuid() != 0:
+        return False
+    result: list[bool] = []
+
+    def attempt(mountpoint: str) -> None:
+        try:
+            _mount_private_folder(mountpoint, folder_options(1, 1, None))
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    with tempfile.TemporaryDirectory(prefix="rlf-mount-probe-") as mountpoint:
+        # the attempt's chdir stays in its thread: unshare(CLONE_NEWNS) gives it its own cwd too
+        thread = threading.Thread(target=attempt, args=(mountpoint,), name="rlf-mount-probe")
+        thread.start()
+        thread.join()
+    return result == [True]
 
 
 def landlock_abi() -> int:
