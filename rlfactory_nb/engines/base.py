@@ -10,6 +10,10 @@ reshape it for sampling. That is the quantity a trainer recomputes with a plain 
 same weights (the "old" logprob of PPO/GRPO), so engine and trainer compare like with like whatever
 sampling settings a run uses. vLLM calls this `logprobs_mode="raw_logprobs"`.
 
+Every engine checks each request with `check_request` before it joins a batch: a token id outside
+the vocabulary, a seed torch cannot take or a NaN temperature would otherwise fail every request
+batched with it (on CUDA, an index error is a device-side assert that ends the engine).
+
 `update_weights` is async on every engine: vLLM's weight sync is an RPC to its engine process and the
 hf engine waits for the batch in flight, so neither can be a plain call inside a running event loop.
 
@@ -22,7 +26,9 @@ modules asks which kind it is.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -32,6 +38,8 @@ EngineFinishReason = Literal["stop", "length"]
 
 # Tokens that end an assistant turn in Qwen-format chat besides the tokenizer's eos.
 EXTRA_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+MAX_SEED = 2**63 - 1
+"""the largest request seed: torch generators and vLLM take 0 to 2**63 - 1"""
 
 
 @dataclass(frozen=True)
@@ -50,14 +58,54 @@ class SamplingParams:
     """per-request seed for reproducible samples; None draws from the engine's generator"""
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"SamplingParams.top_k must be -1 (off) or >= 1, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        self.check()
+
+    def check(self) -> None:
+        """Raise ValueError naming the first field out of range. Run at construction and again by
+        engines (`check_request`): a copy unpickled in another process skipped __post_init__."""
+        if not (_is_real(self.temperature) and 0 <= self.temperature < math.inf):
+            raise ValueError(
+                f"SamplingParams.temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}"
+            )
+        if not (_is_real(self.top_p) and 0 < self.top_p <= 1):
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+        if not (_is_int(self.top_k) and (self.top_k == -1 or self.top_k >= 1)):
+            raise ValueError(f"SamplingParams.top_k must be -1 (off) or an integer >= 1, got {self.top_k!r}")
+        if not (_is_int(self.max_new_tokens) and self.max_new_tokens >= 1):
+            raise ValueError(f"SamplingParams.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED):
+            raise ValueError(f"SamplingParams.seed must be None or an integer from 0 to 2**63 - 1, got {self.seed!r}")
+
+
+def check_request(prompt_ids: Sequence[int], sampling: SamplingParams, vocab_size: int) -> None:
+    """Raise ValueError naming the field if one request cannot be served: prompt ids outside
+    0..vocab_size-1 (the rows of the model's embedding) or sampling settings out of range.
+
+    >>> check_request([1, 2], SamplingParams(), vocab_size=3)
+    >>> check_request([1, 5], SamplingParams(), vocab_size=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: prompt_ids[1] = 5 is not a token id of this model (0 to 2)
+    """
+    if not prompt_ids:
+        raise ValueError("generate needs at least one prompt token")
+    for index, token in enumerate(prompt_ids):
+        if not (_is_int(token) and 0 <= token < vocab_size):
+            raise ValueError(
+                f"prompt_ids[{index}] = {token!r:.40} is not a token id of this model (0 to {vocab_size - 1})"
+            )
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    sampling.check()
+
+
+def _is_real(value: object) -> bool:
+    return type(value) in (int, float) or (isinstance(value, numbers.Real) and not isinstance(value, bool))
+
+
+def _is_int(value: object) -> bool:
+    """An integer, numpy's included; not a bool (the fast path first: it runs once per prompt id)."""
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 @dataclass(frozen=True)

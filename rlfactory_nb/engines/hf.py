@@ -31,6 +31,7 @@ from rlfactory_nb.engines.base import (
     EngineTraits,
     Generation,
     SamplingParams,
+    check_request,
     register_engine,
     stop_token_ids_from_tokenizer,
 )
@@ -103,6 +104,8 @@ class HFEngine:
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self._stop_token_ids[0])
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        self.vocab_size = model.get_input_embeddings().num_embeddings
+        """prompt ids must be below this: the rows of the input embedding"""
         self._seeds = torch.Generator().manual_seed(seed)  # seeds for requests that bring none
         self.batches_run = 0
         """batches served so far (several requests share one when they wait together)"""
@@ -179,8 +182,8 @@ class HFEngine:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, argument)
 
     def _check_prompt(self, prompt_ids: list[int], sampling: SamplingParams) -> None:
-        if not prompt_ids:
-            raise ValueError("generate needs at least one prompt token")
+        """Fail this request alone, before it joins a batch it would fail with it."""
+        check_request(prompt_ids, sampling, self.vocab_size)
         needed = len(prompt_ids) + sampling.max_new_tokens
         if self.max_positions is not None and needed > self.max_positions:
             raise ValueError(

@@ -38,6 +38,7 @@ from rlfactory_nb.engines.base import (
     EngineUnavailableError,
     Generation,
     SamplingParams,
+    check_request,
     register_engine,
     stop_token_ids_from_tokenizer,
 )
@@ -172,8 +173,7 @@ class VLLMEngine:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if self._closed:
             raise RuntimeError("VLLMEngine is closed")
-        if not prompt_ids:
-            raise ValueError("generate needs at least one prompt token")
+        check_request(prompt_ids, sampling, self._engine.model_config.get_vocab_size())
         params = self._vllm.SamplingParams(
             temperature=sampling.temperature,
             top_p=sampling.top_p,

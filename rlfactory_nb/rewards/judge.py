@@ -8,10 +8,13 @@
 A judge is a remote service with rate limits, so the plumbing is the point. Every request runs under
 `max_concurrency`, is retried with exponential backoff on connection errors, timeouts, 429 and 5xx
 (waiting what a `Retry-After` header asks), and fails with a `JudgeError` naming the URL, the
-attempts and the last error. Identical requests are answered from a cache (the same response is
+attempts and the last error. Each attempt must be complete within `timeout_s` and `max_reply_bytes`
+(decompressed), whatever the server does (judge_http.py), so `max_duration_s` holds. Identical requests are answered from a cache (the same response is
 often sampled several times in a GRPO group). Token usage accumulates in `judge.usage`, so a run can
 report what judging cost. A reply with no readable score raises `JudgeParseError` quoting it; the
-reward runner then counts or fails it per its `on_error`, like any reward that raises.
+reward runner then counts or fails it per its `on_error`, like any reward that raises. The parsers
+read at most `max_reply_bytes` in time linear in it, in a worker thread, so a reply written to stall
+them cannot freeze the event loop (and with it the reward runner's timeout).
 
 Group mode (relative judging, as ART's RULER does) shows the judge all attempts at one prompt in one
 request and asks for a score each: no reference answer is needed, because GRPO only uses how the
@@ -21,7 +24,7 @@ attempts compare. See `score_group` and `as_group_reward`.
 from __future__ import annotations
 
 import asyncio
-import email.utils
+import json
 import os
 import time
 import weakref
@@ -32,15 +35,18 @@ from typing import Any, NamedTuple, Self
 
 import httpx
 
-from rlfactory_nb.rewards.functions import gold_answers
+from rlfactory_nb.rewards.judge_http import Answer, ReplyRejected, post, retry_after_s, token_counts
 from rlfactory_nb.rewards.judge_prompts import (
     DEFAULT_GROUP_PROMPT,
     DEFAULT_PROMPT,
     GROUP_FIELDS,
     SAMPLE_FIELDS,
     check_template,
+    group_fields,
     parse_group_scores,
     parse_score,
+    question_of,
+    sample_fields,
 )
 from rlfactory_nb.tools.cache import Recorded, ToolCache
 from rlfactory_nb.types import Sample
@@ -48,7 +54,9 @@ from rlfactory_nb.types import Sample
 ScoreParser = Callable[[str], "float | dict[str, Any]"]
 """reply text -> score in [0, 1] (or a reward dict); raises ValueError when there is none"""
 GroupParser = Callable[[str], "list[float]"]
-"""reply text -> one score per attempt, in order"""
+"""reply text -> one score per attempt, in order; both kinds of parser run in a worker thread and
+should take time linear in the reply (a backtracking regex does not: `<score>` then 2,000 spaces
+took 29 s)"""
 GroupReward = Callable[[Sequence[Sample]], Awaitable[list[dict[str, float]]]]
 
 _MAX_WAIT_S = 60.0
@@ -56,7 +64,8 @@ _MAX_WAIT_S = 60.0
 
 
 class JudgeError(RuntimeError):
-    """The judge endpoint gave no usable reply (down, slow, refusing, or not chat-completions JSON)."""
+    """The judge endpoint gave no usable reply (down, slow, refusing, too large, or not chat-completions
+    JSON with valid usage)."""
 
 
 class JudgeParseError(ValueError):
@@ -131,15 +140,26 @@ class LLMJudge:
         cache_path: str | Path | None = None,
         temperature: float = 0.0,
         max_tokens: int = 1024,
+        max_reply_bytes: int = 2**20,
         name: str = "judge",
     ):
         """`base_url` is the API root the OpenAI client takes (`http://localhost:8000/v1` for vLLM).
         The key is `api_key`, else the `api_key_env` environment variable, else none (a local vLLM
-        needs none). `cache_path` also records replies in a sqlite file, reused across runs."""
-        if max_concurrency < 1 or timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or max_tokens < 1:
+        needs none). `cache_path` also records replies in a sqlite file, reused across runs.
+        `timeout_s` bounds each attempt from connecting to the reply's last byte; `max_reply_bytes`
+        bounds the reply's body once decompressed (1 MiB holds any honest reply of `max_tokens`)."""
+        if (
+            max_concurrency < 1
+            or not 0 < timeout_s < float("inf")
+            or max_retries < 0
+            or backoff_s < 0
+            or max_tokens < 1
+            or max_reply_bytes < 1
+        ):
             raise ValueError(
-                "need max_concurrency >= 1, timeout_s > 0, max_retries >= 0, backoff_s >= 0 and "
-                f"max_tokens >= 1; got {max_concurrency}, {timeout_s}, {max_retries}, {backoff_s}, {max_tokens}"
+                "need max_concurrency >= 1, 0 < timeout_s < inf, max_retries >= 0, backoff_s >= 0, "
+                f"max_tokens >= 1 and max_reply_bytes >= 1; got {max_concurrency}, {timeout_s}, "
+                f"{max_retries}, {backoff_s}, {max_tokens}, {max_reply_bytes}"
             )
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
@@ -153,6 +173,7 @@ class LLMJudge:
         self.backoff_s = backoff_s
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.max_reply_bytes = max_reply_bytes
         self.name = self.__name__ = name  # the reward runner names a function by __name__
         key = api_key if api_key is not None else os.environ.get(api_key_env)
         self._api_key_env = api_key_env
@@ -168,7 +189,7 @@ class LLMJudge:
 
     async def __call__(self, sample: Sample) -> dict[str, Any]:
         """`{"score": s}` with s in [0, 1] (or the custom parser's dict) for one sample."""
-        value = await self._ask(self.prompt_template.format(**_sample_fields(sample)), self.score_parser)
+        value = await self._ask(self.prompt_template.format(**sample_fields(sample)), self.score_parser)
         return value if isinstance(value, dict) else {"score": value}
 
     async def score_group(self, samples: Sequence[Sample]) -> list[dict[str, float]]:
@@ -176,18 +197,13 @@ class LLMJudge:
         and asks how they compare. The samples must share their question."""
         if not samples:
             raise ValueError("score_group needs at least one sample")
-        questions = {_question(sample) for sample in samples}
+        questions = {question_of(sample) for sample in samples}
         if len(questions) > 1:
             raise ValueError(
                 f"score_group compares attempts at one prompt, but the {len(samples)} samples "
                 f"(ids {[sample.id for sample in samples][:8]}) ask {len(questions)} different questions"
             )
-        prompt = self.group_template.format(
-            question=_question(samples[0]),
-            ground_truth=_ground_truth(samples[0].ground_truth),
-            responses=_numbered(samples),
-            n=len(samples),
-        )
+        prompt = self.group_template.format(**group_fields(samples))
 
         def parse(reply: str) -> list[float]:
             scores = list(self.group_parser(reply))
@@ -263,7 +279,7 @@ class LLMJudge:
             self.usage.cached_hits += 1
         reply = _Reply(hit.content, truncated=False) if hit is not None else await self._request(body)
         try:
-            value = parser(reply.text)
+            value = await asyncio.to_thread(parser, reply.text)
         except Exception as exc:  # a custom parser may raise anything; every kind means "no score"
             raise self._parse_error(reply, str(exc)) from exc
         if self._cache is not None and hit is None:
@@ -286,45 +302,53 @@ class LLMJudge:
         for attempt in range(1, attempts + 1):
             wait = self.backoff_s * 2 ** (attempt - 1)
             try:
-                response = await client.post(self.url, json=body, headers=self._headers)
+                answer = await post(
+                    client, self.url, body, self._headers, timeout_s=self.timeout_s, max_bytes=self.max_reply_bytes
+                )
             except httpx.TimeoutException as exc:
                 last_error = f"{type(exc).__name__}: no reply within {self.timeout_s:g} s (timeout_s)"
             except httpx.TransportError as exc:  # refused, reset, DNS: the server is down or restarting
                 last_error = f"{type(exc).__name__}: {exc}"
+            except ReplyRejected as exc:  # the same server would send it again: not retried
+                raise self._failure(f"judge endpoint {self.url} sent an unusable reply: {exc}") from exc
             else:
-                if response.status_code == 200:
-                    return self._read_json(response)
-                last_error = f"HTTP {response.status_code}: {response.text[:300]!r}"
-                if response.status_code != 429 and response.status_code < 500:
-                    self.usage.failures += 1
-                    raise JudgeError(
+                if answer.status == 200:
+                    return self._read_json(answer)
+                last_error = f"HTTP {answer.status}: {answer.excerpt()!r}"
+                if answer.status != 429 and answer.status < 500:
+                    raise self._failure(
                         f"judge endpoint {self.url} refused the request ({last_error}); not retried"
-                        f"{self._hint(response.status_code)}"
+                        f"{self._hint(answer.status)}"
                     )
-                wait = _retry_after_s(response) or wait
+                wait = retry_after_s(answer.headers) or wait
             if attempt < attempts:
                 self.usage.retries += 1
                 await asyncio.sleep(min(wait, _MAX_WAIT_S))
-        self.usage.failures += 1
-        raise JudgeError(
+        raise self._failure(
             f"judge endpoint {self.url} (model {self.model!r}) failed after {attempts} attempt(s) "
             f"(max_retries={self.max_retries}); last error: {last_error}"
         )
 
-    def _read_json(self, response: httpx.Response) -> Any:
+    def _read_json(self, answer: Answer) -> Any:
         try:
-            data = response.json()
-        except ValueError as exc:
-            self.usage.failures += 1
-            raise JudgeError(
-                f"judge endpoint {self.url} answered 200 with a body that is not JSON: {response.text[:300]!r}"
+            data = json.loads(answer.body)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than json goes
+            raise self._failure(
+                f"judge endpoint {self.url} answered 200 with a body that is not JSON: {answer.excerpt()!r}"
             ) from exc
+        try:
+            prompt_tokens, completion_tokens = token_counts(data)
+        except ReplyRejected as exc:
+            raise self._failure(f"judge endpoint {self.url} answered with invalid usage: {exc}") from exc
         self.usage.requests += 1
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if isinstance(usage, dict):
-            self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-            self.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
+        self.usage.prompt_tokens += prompt_tokens
+        self.usage.completion_tokens += completion_tokens
         return data
+
+    def _failure(self, message: str) -> JudgeError:
+        """A JudgeError for a request given up, counted in `usage.failures`."""
+        self.usage.failures += 1
+        return JudgeError(message)
 
     def _read_reply(self, data: Any) -> _Reply:
         try:
@@ -362,49 +386,3 @@ class LLMJudge:
             )
             state = self._states[loop] = _LoopState(client, asyncio.Semaphore(self.max_concurrency))
         return state
-
-
-def _question(sample: Sample) -> str:
-    """The last user message of the prompt: the task, without the system prompt."""
-    users = [message.get("content") or "" for message in sample.prompt if message.get("role") == "user"]
-    return users[-1] if users else ""
-
-
-def _ground_truth(ground_truth: Any) -> str:
-    if ground_truth is None:
-        return ""
-    try:
-        return " | ".join(gold_answers(ground_truth))
-    except TypeError:  # a structured label the QA helpers do not know; the judge reads it as text
-        return str(ground_truth)
-
-
-def _sample_fields(sample: Sample) -> dict[str, str]:
-    return {
-        "question": _question(sample),
-        "response": sample.response,
-        "final_answer": sample.final_answer,
-        "ground_truth": _ground_truth(sample.ground_truth),
-    }
-
-
-def _numbered(samples: Sequence[Sample]) -> str:
-    return "\n\n".join(
-        f"<attempt id={index}>\n{sample.response}\n</attempt>" for index, sample in enumerate(samples, 1)
-    )
-
-
-def _retry_after_s(response: httpx.Response) -> float | None:
-    """Seconds a 429/503 asks to wait: `Retry-After` as seconds or as an HTTP date."""
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

@@ -13,6 +13,7 @@ network to show them. In a headless run (papermill: widgets/front_end.py) it is 
 from __future__ import annotations
 
 import asyncio
+import html
 import inspect
 import traceback
 from collections.abc import Awaitable, Callable
@@ -116,7 +117,7 @@ class StaticFallback:
         try:
             bundle["text/html"] = self.static_html()
         except Exception as error:  # noqa: BLE001  (a snapshot must never break the live view)
-            bundle["text/html"] = f"<pre>{type(error).__name__}: {error}</pre>"
+            bundle["text/html"] = f"<pre>{html.escape(f'{type(error).__name__}: {error}')}</pre>"
         if headless():
             bundle.pop(WIDGET_VIEW, None)
         return bundle

@@ -149,19 +149,27 @@ def step_tick(last_step: int, target: int = 6) -> int:
 
 
 def rollout_label(trajectory: Trajectory) -> str:
+    """Plain text (a dropdown label; escaped where it goes into HTML)."""
     meta = trajectory.metadata
     calls = sum(len(turn.calls) for turn in trajectory.turns)
-    return f"step {meta.get('step', '?')} · reward {meta.get('reward', float('nan')):.2f} · {calls} tool calls · {trajectory.id}"
+    reward = meta.get("reward", float("nan"))
+    shown = f"{reward:.2f}" if isinstance(reward, (int, float)) else "?"  # metadata is read from a file
+    return f"step {meta.get('step', '?')} · reward {shown} · {calls} tool calls · {trajectory.id}"
 
 
 def rollout_order(trajectories: list[Trajectory]) -> list[Trajectory]:
     """Newest step first, best reward first within a step: the first is the default choice."""
 
     def key(trajectory: Trajectory) -> tuple[float, float]:
-        reward = trajectory.metadata.get("reward")
-        return (-float(trajectory.metadata.get("step", 0)), -float(reward) if isinstance(reward, (int, float)) else 0.0)
+        step, reward = trajectory.metadata.get("step"), trajectory.metadata.get("reward")
+        return (-_number(step), -_number(reward))
 
     return sorted(trajectories, key=key)
+
+
+def _number(value: Any) -> float:
+    """A metadata number, or 0 for anything else (metadata is read from a file)."""
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _button_layout(**options: Any) -> widgets.Layout:
@@ -230,9 +238,10 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         info = self.job.info()
         self._rows = rows = self.job.metrics()
         state = info.get("state")
-        self.status.value = (
-            f"&nbsp;<b>{html.escape(self.job.name)}</b>: {state} &middot; step {info.get('step', 0)} of "
-            f"{info.get('steps', '?')} &middot; {html.escape(str(self.job.run_dir))}"
+        shown = {key: html.escape(str(info.get(key, default))) for key, default in [("step", 0), ("steps", "?")]}
+        self.status.value = (  # job.json is a file anyone may write: every field is escaped
+            f"&nbsp;<b>{html.escape(self.job.name)}</b>: {html.escape(str(state))} &middot; step {shown['step']} of "
+            f"{shown['steps']} &middot; {html.escape(str(self.job.run_dir))}"
         )
         if state in TERMINAL_STATES:
             self.stop_button.disabled = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import html
 from collections.abc import Sequence
 from typing import Any
 
@@ -109,7 +110,7 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         self.view.update(traj)
         ended = self.session.done
         self.next_button.disabled = self.run_button.disabled = ended or self._busy
-        state = "running..." if self._busy else (f"ended: {traj.finish_reason}" if ended else "ready")
+        state = "running..." if self._busy else (f"ended: {html.escape(traj.finish_reason)}" if ended else "ready")
         self.status.value = f"&nbsp;turn {traj.num_turns} of at most {self.agent.max_turns} &middot; {state}"
         self.versions.value = versions_html(traj.turns)
 
@@ -123,7 +124,7 @@ def versions_html(turns: Sequence[Turn]) -> str:
     if all(turn.policy_version is None for turn in turns):
         return ""
     labels = " &middot; ".join(
-        f"{number}: {'?' if turn.policy_version is None else f'step {turn.policy_version}'}"
+        f"{number}: {'?' if turn.policy_version is None else f'step {html.escape(str(turn.policy_version))}'}"
         for number, turn in enumerate(turns, start=1)
     )
     return f"<div class='rf-policy-versions'>policy version per turn: {labels}</div>"

@@ -37,7 +37,7 @@ def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
 def servers_html(tools: Any) -> str:
     stats = tools.stats()
     rows = [
-        f"<tr><td>{html.escape(name)}</td><td>{html.escape(str(info['state']))}</td><td>{info['restarts']}</td></tr>"
+        f"<tr><td>{html.escape(name)}</td><td>{html.escape(str(info['state']))}</td><td>{html.escape(str(info['restarts']))}</td></tr>"
         for name, info in stats["servers"].items()
     ]
     cache = stats.get("cache")

@@ -44,7 +44,7 @@ def summary_html(traj: Trajectory) -> str:
         f"response {len(traj.response_ids)} tokens (trained {trained}, masked {len(traj.response_ids) - trained})",
     ]
     if reward is not None:
-        parts.append(f"reward {reward:.3f}")
+        parts.append(f"reward {reward:.3f}" if isinstance(reward, (int, float)) else f"reward {html.escape(str(reward))}")
     if "ground_truth" in traj.metadata:
         parts.append(f"ground truth {html.escape(str(traj.metadata['ground_truth']))}")
     if drift_summary(traj):
@@ -111,13 +111,15 @@ def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
     position = traj.metadata.get("drift_position")
     if position is None:
         return "<div>drift check: not run (the agent had drift=\"off\", or the trajectory is still running)</div>"
+    if not isinstance(position, int):  # metadata read from a file: show it, never as markup
+        return f"<div>drift check: unreadable drift_position {html.escape(repr(position))}</div>"
     if position < 0:
         return "<div style='color:#1b7f3b'>drift check: the rollout ids equal a full chat-template render</div>"
     dropped = traj.metadata.get("dropped_think_blocks", 0)
     if dropped:
         return (
             f"<div style='color:#555'>drift check: expected template drift. A full chat-template render drops the "
-            f"empty think block of {dropped} earlier assistant turn(s), which the rollout keeps as sampled in "
+            f"empty think block of {html.escape(str(dropped))} earlier assistant turn(s), which the rollout keeps as sampled in "
             "Qwen3's non-thinking mode (first at position "
             f"{position}); nothing else differs. Training uses the rollout ids.</div>"
         )
@@ -137,11 +139,13 @@ def drift_summary(traj: Trajectory) -> str:
     position = traj.metadata.get("drift_position")
     if position is None:
         return ""
+    if not isinstance(position, int):
+        return f"unreadable drift_position {html.escape(repr(position))}"
     if position < 0:
         return "no template drift"
     dropped = traj.metadata.get("dropped_think_blocks", 0)
     if dropped:
-        return f"template drift: {dropped} dropped think block(s), expected"
+        return f"template drift: {html.escape(str(dropped))} dropped think block(s), expected"
     return f"<span style='color:#b35c00'>template drift at position {position}</span>"
 
 
