@@ -112,6 +112,7 @@ BLOCKED = "raise ImportError('not installed on the GPU machine (blocked by the t
 
 @pytest.mark.slow
 def test_gpu_check_cpu_smoke_runs_without_mcp_ray_or_vllm(tmp_path):
+    """Slow: bench/gpu_check.sh runs its whole CPU smoke (several Python processes that import torch)."""
     blocked = tmp_path / "blocked"
     for name in ("mcp", "ray", "vllm"):
         (blocked / name).mkdir(parents=True)

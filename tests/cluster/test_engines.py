@@ -35,6 +35,8 @@ def wait_until(condition, timeout_s=30.0):
 
 
 async def test_a_preset_engine_samples_what_the_local_engine_samples(cluster, tiny_policy, tools, cfg):
+    """Slow: as the first test of tests/cluster its setup starts the package's local Ray; then an engine actor
+    starts."""
     engine = cluster.engine("tiny-calculator")
     assert engine.name in cluster.engines() and engine.name in cluster.view().static_html()
     prompt = tiny_policy.tokenizer.apply_chat_template(

@@ -76,6 +76,7 @@ async def _check_against(model, engine, prompts, forward_logprobs, sampling) -> 
 
 
 async def test_logprobs_match_transformers(engine, tiny_model, prompts, forward_logprobs):
+    """Slow: as the module's first test its setup starts the vLLM engine on CPU (model load and compile)."""
     sampling = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=32)
     await _check_against(tiny_model, engine, prompts, forward_logprobs, sampling)
 

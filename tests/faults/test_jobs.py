@@ -61,6 +61,8 @@ def test_the_dashboard_listens_on_localhost_only(cluster):
 
 
 def test_a_job_outlives_the_kernel_that_launched_it_then_stops_with_a_checkpoint(cluster, tmp_path):
+    """Slow: a kernel process joins the module's Ray and launches a job, which trains steps before it is
+    stopped."""
     import ray
 
     cfg = tiny_config(tmp_path, "orphan", 500)
@@ -88,6 +90,7 @@ def test_a_job_outlives_the_kernel_that_launched_it_then_stops_with_a_checkpoint
 
 
 def test_stop_of_a_driver_wedged_in_a_step_returns_in_bounded_time(cluster, tmp_path):
+    """Slow: a job starts on Ray (a driver actor with its model and tools) before it wedges and is stopped."""
     cfg = tiny_config(tmp_path, "wedged", 5, **{"reward.function": f"{FAULT_REWARDS}:hangs", "reward.timeout_s": 3600})
     job = launch(cfg, cluster, linger_s=60)
     wait_for(lambda: job.status == "running", 300, "the driver to start its first step")

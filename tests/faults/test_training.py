@@ -220,6 +220,8 @@ def test_a_typo_in_the_config_is_reported_by_the_cli_without_a_traceback(make_cf
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "max_staleness_1"])
 async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no_step(make_cfg, asynchronous):
+    """Slow: a local Ray starts with two policy workers, a run fails on the killed one, and a second run
+    resumes it."""
     ray = pytest.importorskip("ray")
     cfg = make_cfg(
         **(ASYNC if asynchronous else {}),
@@ -275,6 +277,7 @@ async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "max_staleness_1"])
 async def test_an_engine_actor_killed_between_steps_fails_the_next_rollouts_clearly(make_cfg, asynchronous):
+    """Slow: a local Ray starts with a policy worker and an engine actor for two runs of steps."""
     ray = pytest.importorskip("ray")
     cfg = make_cfg(
         **(ASYNC if asynchronous else {}),

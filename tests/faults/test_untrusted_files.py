@@ -234,6 +234,7 @@ ray.shutdown()
     ids=["Cluster.connect", "init_ray"],
 )
 def test_a_local_ray_cluster_listens_on_loopback_only(start):
+    """Slow: each case starts a whole local Ray in a fresh Python process."""
     script = textwrap.dedent(RAY_SCRIPT).format(start=start)
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=ROOT, check=False

@@ -115,6 +115,7 @@ def run_all_cells(page, url):
 
 
 def test_notebook_01_renders_the_stepper_and_the_token_strip(jupyterlab, chromium):
+    """Slow: JupyterLab and chromium start, and notebook 01 runs in a fresh kernel."""
     from playwright.sync_api import expect
 
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
@@ -149,7 +150,9 @@ def test_notebook_01_renders_the_stepper_and_the_token_strip(jupyterlab, chromiu
 
 @pytest.mark.timeout(1800)  # the first to ask for executed_notebooks runs papermill
 def test_the_dashboard_of_a_finished_run(jupyterlab, chromium, executed_notebooks, tmp_path):
-    """Notebook 03's finished run, attached from its run folder: what a user sees after training."""
+    """Notebook 03's finished run, attached from its run folder: what a user sees after training.
+    Slow: JupyterLab and chromium start, and as the first reader of `executed_notebooks` it waits for the
+    papermill run."""
     from playwright.sync_api import expect
 
     runs = executed_notebooks[0].parent / "runs"
@@ -181,6 +184,8 @@ def test_the_dashboard_of_a_finished_run(jupyterlab, chromium, executed_notebook
 
 @pytest.mark.timeout(1800)
 def test_html_exports_show_the_token_strip_and_plots_offline(chromium, executed_notebooks):
+    """Slow: chromium starts; when it is the first reader of `executed_notebooks` it also waits for the
+    papermill run."""
     from playwright.sync_api import expect
 
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})

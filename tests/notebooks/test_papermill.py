@@ -11,7 +11,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.timeout(1800)
 def test_all_four_notebooks_execute_in_order(executed_notebooks):
-    """The session's one in-kernel papermill run (tests/notebooks/conftest.py), as `make demo` runs them."""
+    """The session's one in-kernel papermill run (tests/notebooks/conftest.py), as `make demo` runs them.
+    Slow: four kernels in turn, 03 trains and 04 evaluates; the first reader of `executed_notebooks` pays for
+    it."""
     executed = executed_notebooks
     tmp_path = executed[0].parent
     assert [path.name for path in executed] == list(NOTEBOOKS)
@@ -29,7 +31,8 @@ def test_all_four_notebooks_execute_in_order(executed_notebooks):
 @pytest.mark.timeout(2400)
 def test_notebooks_step_score_and_evaluate_on_a_local_ray_cluster(tmp_path, tiny_policy):
     """The same four notebooks with `cluster_address`: 01 steps, 02 samples and 04 evaluates on engine
-    actors of a local Ray this test starts (the kernels join it; 03 launches its job there too)."""
+    actors of a local Ray this test starts (the kernels join it; 03 launches its job there too).
+    Slow: a local Ray, then four kernels in turn that join it and start engine actors (about 3 minutes)."""
     import ray
 
     from rlfactory_nb.cluster import Cluster

@@ -30,6 +30,7 @@ cluster.shutdown()
 
 @pytest.mark.timeout(1800)
 def test_lab_reward_and_cell_tool_train_then_a_new_kernel_resumes_and_evaluates(tmp_path, tiny_policy):
+    """Slow: three kernels in turn (02, 03, a new one), each starting a local Ray or a job on it."""
     parameters = {"run_name": "flow", "steps": 2, "prompts_per_step": 2, "group_size": 2, "n_prompts": 2,
                   "eval_size": 4, "use_cell_tool": True}
     run_notebooks(tmp_path, parameters, notebooks=("02_reward_design.ipynb", "03_train_grpo.ipynb"), html=False)

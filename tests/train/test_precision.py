@@ -117,6 +117,8 @@ async def test_resume_from_a_mixed_precision_checkpoint_continues_bit_for_bit(ma
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 async def test_two_gloo_ranks_in_bfloat16_compute_learn_at_lr_1e6(make_cfg, strategy):
+    """Slow: a local Ray starts with two gloo-ranked policy workers, and the run is compared with one
+    process."""
     ray = pytest.importorskip("ray")
     cfg = make_cfg(
         model__dtype="bfloat16",

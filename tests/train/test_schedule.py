@@ -115,6 +115,7 @@ def test_bad_schedules_are_config_errors_naming_the_field(overrides, message):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 async def test_ray_policy_workers_follow_the_schedule(make_cfg, strategy):
+    """Slow: a local Ray starts with two gloo-ranked policy workers."""
     ray = pytest.importorskip("ray")
     from rlfactory_nb.train.loop import Trainer
 

@@ -83,6 +83,7 @@ def worst_gap(a: list[float], b: list[float]) -> float:
 
 @pytest.mark.timeout(400)
 async def test_vllm_engine_samples_from_the_updated_policy_and_loads_its_checkpoint(vllm_model_dir, tmp_path):
+    """Slow: vLLM on CPU starts (model load and compile) for a training step and again for the checkpoint."""
     trainer = Trainer(vllm_config(vllm_model_dir, tmp_path))
     try:
         await trainer.start()
@@ -127,7 +128,8 @@ async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(
     vllm_model_dir, tmp_path, weight_sync
 ):
     """The Ray backend: a policy worker and a vLLM engine actor; the new weights reach vLLM's model
-    worker by a gloo broadcast from the policy worker, or through the object store."""
+    worker by a gloo broadcast from the policy worker, or through the object store.
+    Slow: a local Ray starts, and a vLLM engine actor on CPU (model load and compile)."""
     ray = pytest.importorskip("ray")
     base = vllm_config(vllm_model_dir, tmp_path)
     cfg = base.replace(
@@ -161,7 +163,8 @@ async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(
 async def test_a_lora_run_feeds_vllm_merged_weights_and_its_export_loads_in_vllm(vllm_model_dir, tmp_path):
     """LoRA with the vLLM engine: vLLM starts from the base folder and gets the merged weights
     (W + scale * B @ A) at start and after every update; `rf.export` of the adapter checkpoint is a
-    folder vLLM loads as it is, with the trained behaviour."""
+    folder vLLM loads as it is, with the trained behaviour.
+    Slow: vLLM on CPU starts twice (for the run, then for the exported model)."""
     from rlfactory_nb.train.export import export
 
     cfg = vllm_config(vllm_model_dir, tmp_path).replace({"model.lora": {"rank": 8, "alpha": 16.0}})

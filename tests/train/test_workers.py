@@ -24,6 +24,7 @@ def model_with(state):
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 async def test_data_parallel_workers_update_like_one_process_and_the_engine_follows(make_cfg, strategy):
+    """Slow: a local Ray starts with two policy workers and an engine actor."""
     ray = pytest.importorskip("ray")
     started = time.perf_counter()
     cfg = make_cfg(
@@ -148,6 +149,7 @@ async def test_asynchronous_steps_on_ray_train_on_samples_at_most_one_version_ol
 async def test_lora_on_two_workers_updates_like_one_process_and_engines_get_merged_weights(
     make_cfg, strategy
 ):
+    """Slow: a local Ray starts with two policy workers and engine actors."""
     ray = pytest.importorskip("ray")
     from rlfactory_nb.train import lora
 
