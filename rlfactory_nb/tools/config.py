@@ -123,7 +123,8 @@ class ToolSetSettings:
     max_restarts: int = 3
     """attempts to restart a crashed server (with backoff) before its calls fail fast"""
     start_timeout_s: float = 60.0
-    """seconds a server may take to start and list its tools"""
+    """seconds a server may take to start and list its tools, at its first start and at each restart
+    after a crash (a restart that takes longer marks the server failed: its calls fail at once)"""
 
 
 @dataclass(frozen=True)

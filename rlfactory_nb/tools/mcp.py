@@ -16,6 +16,12 @@ with `ServerUnavailable`, which the ToolSet turns into an error result: they nev
 Noise on stdout: a stdio server must write only JSON-RPC there. The SDK skips other lines; the pump
 keeps the last few, and a server that then fails to start is reported with them (plus its stderr
 tail), since a stray `print` is the usual reason a server never answers `initialize`.
+
+Bounded handshakes: every start, the first and each restart, must initialize and list its tools
+within `start_timeout_s`, and may write at most `_MAX_NOISE_BEFORE_HANDSHAKE` stray lines first
+(the SDK parses and logs each one, so a flood costs the client CPU for every line). A restart that
+misses either bound marks the server failed at once, instead of retrying: a server that hangs in
+its handshake would cost every retry, and every call queued meanwhile, the full timeout again.
 """
 
 from __future__ import annotations
@@ -55,6 +61,10 @@ class ServerStartError(RuntimeError):
     """A server did not start; the message names it and quotes the end of its stderr."""
 
 
+class HandshakeError(RuntimeError):
+    """A (re)start missed a bound of the handshake: no retry, the server is marked failed."""
+
+
 @dataclass(frozen=True)
 class RemoteTool:
     """A tool as the server lists it."""
@@ -83,6 +93,8 @@ _STOP = object()
 _NOISE_LINES = 3
 """non-protocol stdout lines kept per server, for start errors"""
 _NOISE_CHARS = 200
+_MAX_NOISE_BEFORE_HANDSHAKE = 1000
+"""stray stdout lines a server may write before it has initialized and listed its tools"""
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,8 @@ class MCPConnection:
         """where the server process logs; kept across restarts, closed by stop()"""
         self._noise: list[str] = []
         """the last lines the server wrote on stdout that were not JSON-RPC"""
+        self._noise_in_handshake: int | None = None
+        """stray lines during the current handshake; None once the session is running"""
 
     @property
     def name(self) -> str:
@@ -194,8 +208,11 @@ class MCPConnection:
                     self._last_error = "closed the connection (it crashed or exited)"
                 except Exception as exc:  # noqa: BLE001 - any failure to start is reported as data
                     self._last_error = f"failed to start: {_flatten(exc)}"
-                    if not first_ready.done():
+                    first_start = not first_ready.done()
+                    if first_start:
                         first_ready.set_exception(ServerStartError(self._with_stderr(self._last_error)))
+                    if first_start or _is_handshake_failure(exc):
+                        logger.warning("%s; it is marked failed", self._describe(self._last_error))
                         self.state = "failed"
                         return
                 self._failures += 1
@@ -220,14 +237,27 @@ class MCPConnection:
             to_session, session_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             group.start_soon(self._pump, read, to_session, generation)
             async with ClientSession(session_read, write) as session:
-                await session.initialize()
-                tools = await _list_tools(session)
+                tools = await self._handshake(session)
                 if not first_ready.done():
                     first_ready.set_result(tools)
                 self.state = "running"
                 stopped = await self._serve(session, group, generation)
             group.cancel_scope.cancel()
         return stopped
+
+    async def _handshake(self, session: ClientSession) -> list[RemoteTool]:
+        """Initialize and list the tools, within `start_timeout_s`. Raises HandshakeError."""
+        self._noise_in_handshake = 0
+        try:
+            with anyio.fail_after(self.start_timeout_s):
+                await session.initialize()
+                return await _list_tools(session)
+        except TimeoutError:
+            raise HandshakeError(
+                f"did not initialize and list its tools within start_timeout_s={self.start_timeout_s:g} s"
+            ) from None
+        finally:
+            self._noise_in_handshake = None
 
     def _open_transport(self) -> AbstractAsyncContextManager[Any]:
         config = self.config
@@ -294,6 +324,13 @@ class MCPConnection:
                 async for message in source:
                     if isinstance(message, Exception):
                         self._note_noise(message)
+                        if self._noise_in_handshake is not None:
+                            self._noise_in_handshake += 1
+                            if self._noise_in_handshake > _MAX_NOISE_BEFORE_HANDSHAKE:
+                                raise HandshakeError(
+                                    f"wrote more than {_MAX_NOISE_BEFORE_HANDSHAKE} lines that are not "
+                                    "JSON-RPC on stdout before its handshake"
+                                )
                     await sink.send(message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the session is closing first: not a crash
@@ -400,6 +437,13 @@ def content_text(content: list[Any], structured: dict[str, Any] | None = None) -
     if not parts and structured is not None:
         return json.dumps(structured, ensure_ascii=False)
     return "\n".join(parts)
+
+
+def _is_handshake_failure(exc: BaseException) -> bool:
+    """Whether `exc`, or any exception in the groups anyio wraps it in, is a HandshakeError."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_handshake_failure(inner) for inner in exc.exceptions)
+    return isinstance(exc, HandshakeError)
 
 
 def _flatten(exc: BaseException) -> str:
