@@ -110,6 +110,8 @@ def test_what_cannot_travel_fails_before_anything_starts(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_job_finds_its_files_after_the_launch_folder_is_gone(tmp_path, monkeypatch, cluster):
+    """Slow: two jobs run on the cluster, each a driver actor that unpacks its shipped files and loads the
+    model and tools before it trains."""
     folder = project(tmp_path / "launcher")
     monkeypatch.chdir(folder)
     monkeypatch.syspath_prepend(str(folder))  # a kernel has its working directory on sys.path
