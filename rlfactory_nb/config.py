@@ -68,6 +68,10 @@ class ModelConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)
     """extra vLLM engine arguments, passed unchanged (e.g. gpu_memory_utilization: 0.4,
     tensor_parallel_size: 2); ignored by the hf engine"""
+    trust_remote_code: bool = False
+    """let a model folder run its own Python code (a config.json whose auto_map names files in the
+    folder) when it loads. Off: such a folder fails at once, naming this key; turn it on only for a
+    folder whose code you have read"""
 
 
 @dataclass(frozen=True)

@@ -158,18 +158,20 @@ async def evaluate(
     reward: Any = None,
     tools: Any = None,
     run_dir: str | Path | None = None,
+    trust_run_objects: bool = False,
 ) -> EvalReport:
     """Evaluate `model` (a Policy, a checkpoint folder, a preset name) on `dataset` (rows, a
     datasets.Dataset, a source such as "synthetic:calculator-heldout", or None: cfg.data.eval) with
     cfg's tools, rollout and reward. `reward` / `tools`: objects from the kernel, as `launch` takes
-    them; `run_dir`: use the objects a run kept (runs/<name>/code/) where these are not given.
+    them; `run_dir`: use the objects a run kept (runs/<name>/code/) where these are not given (only
+    when signed by this user, or with `trust_run_objects`: train/objects.py).
     `model` may also be an engine that carries its tokenizer (`cluster.engine(...)`, `job.engine()`):
     the rollouts run on it, and it stays open."""
     from rlfactory_nb.runtime import build_tools
     from rlfactory_nb.train.objects import RunObjects
 
     cfg = cfg or RunConfig(name="eval")
-    kept = (RunObjects.load(run_dir) if run_dir is not None else None) or RunObjects()
+    kept = (RunObjects.load(run_dir, trust_run_objects) if run_dir is not None else None) or RunObjects()
     given = model if isinstance(model, Engine) else None
     policy = given or (model if isinstance(model, Policy) else Policy.load(model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None))
     rows = _rows(dataset if dataset is not None else kept.eval_data, cfg, limit)

@@ -4,6 +4,11 @@
 id (on a machine that can reach the hub or has it cached), or a LoRA checkpoint (an adapter folder,
 loaded over the base it names and merged). Rollout engines are created over the same weights with
 `policy.engine("hf" | "vllm")`.
+
+A model folder is data, not code: every folder is opened with `trust_remote_code=False` (through
+`from_folder`), so a config.json whose `auto_map` names Python files in the folder never reaches
+transformers' "run the custom code? [y/N]" prompt, which would run them, or wait on stdin in a job.
+A folder that needs its own code fails at once, naming `model.trust_remote_code`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,29 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from rlfactory_nb import presets
 from rlfactory_nb.model_files import model_folder
 from rlfactory_nb.train import lora
-from rlfactory_nb.train.checkpoint import verify_digests
+from rlfactory_nb.train.checkpoint import CheckpointError, verify_digests
+
+MAX_ADAPTER_DEPTH = 4
+"""adapters over adapters a LoRA checkpoint may stack before its base (a loop would never end)"""
+
+
+class RemoteCodeError(ValueError):
+    """A model folder needs Python code of its own to load, and `model.trust_remote_code` is off."""
+
+
+def from_folder(loader: Any, path: str | Path, trust_remote_code: bool = False, **options: Any) -> Any:
+    """`loader.from_pretrained(path)` (a transformers Auto class) with remote code off unless asked:
+    the one way rlfactory-nb opens a model or tokenizer folder (module docstring)."""
+    try:
+        return loader.from_pretrained(str(path), trust_remote_code=trust_remote_code, **options)
+    except ValueError as error:
+        if trust_remote_code or "trust_remote_code" not in str(error):
+            raise
+        raise RemoteCodeError(
+            f"{path} needs Python code of its own to load (its config's auto_map names files in it), and "
+            "running it would run that code as you. Set model.trust_remote_code: true (Policy.load(..., "
+            "trust_remote_code=True)) only for a folder whose code you have read"
+        ) from error
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -53,18 +80,35 @@ class Policy:
         dtype: str = "auto",
         log: Callable[[str], None] = print,
         trainable_adapter: bool = False,
+        trust_remote_code: bool = False,
     ) -> Policy:
         """Load a preset (built offline on first use), a local folder, a hub id, or a LoRA checkpoint:
-        merged into plain weights, or with `trainable_adapter` kept as adapters to train on (resume)."""
-        name = str(name_or_path)
+        merged into plain weights, or with `trainable_adapter` kept as adapters to train on (resume).
+        `trust_remote_code`: let a folder run its own Python (module docstring; model.trust_remote_code)."""
+        return cls._load(str(name_or_path), device, dtype, log, trainable_adapter, trust_remote_code, depth=0)
+
+    @classmethod
+    def _load(
+        cls, name: str, device: str, dtype: str, log: Callable[[str], None], trainable: bool, trust: bool, depth: int
+    ) -> Policy:
         path = Path(model_folder(name, log=log))
-        verify_digests(path)  # a checkpoint folder: refuse files changed since they were written
+        verify_digests(path)  # a checkpoint folder: refuse files changed or added since it was written
         if lora.is_adapter_folder(path):
-            return cls._load_adapter(path, device, dtype, log, trainable_adapter)
+            if depth >= MAX_ADAPTER_DEPTH:
+                raise CheckpointError(
+                    f"{path} is an adapter over {MAX_ADAPTER_DEPTH} adapters already: its chain of bases "
+                    f"(adapter_config.json's base_model_name_or_path) is longer than {MAX_ADAPTER_DEPTH} or a "
+                    "loop; point the base at a full model folder"
+                )
+            base = cls._load(lora.adapter_base(path), device, dtype, log, False, trust, depth + 1)
+            model = lora.load_adapter(base.model, path, trainable=trainable).eval()
+            own_tokenizer = (path / "tokenizer_config.json").exists()
+            tokenizer = from_folder(AutoTokenizer, path, trust) if own_tokenizer else base.tokenizer
+            return cls(model=model, tokenizer=tokenizer, path=path, name=str(path), base_path=base.path)
         target = resolve_device(device)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(path))
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype, target))
+            tokenizer = from_folder(AutoTokenizer, path, trust)
+            model = from_folder(AutoModelForCausalLM, path, trust, dtype=resolve_dtype(dtype, target))
         except OSError as error:
             raise FileNotFoundError(
                 f"cannot load model {name!r}: not an embedded preset ({', '.join(presets.PRESETS)}), "
@@ -72,19 +116,6 @@ class Policy:
             ) from error
         model.to(target).eval()
         return cls(model=model, tokenizer=tokenizer, path=path, name=name)
-
-    @classmethod
-    def _load_adapter(
-        cls, path: Path, device: str, dtype: str, log: Callable[[str], None], trainable: bool
-    ) -> Policy:
-        base = cls.load(lora.adapter_base(path), device=device, dtype=dtype, log=log)
-        model = lora.load_adapter(base.model, path, trainable=trainable).eval()
-        tokenizer = (
-            AutoTokenizer.from_pretrained(str(path))
-            if (path / "tokenizer_config.json").exists()
-            else base.tokenizer
-        )
-        return cls(model=model, tokenizer=tokenizer, path=path, name=str(path), base_path=base.path)
 
     @property
     def device(self) -> torch.device:

@@ -52,6 +52,7 @@ def launch(
     train_data: Any = None,
     eval_data: Any = None,
     resume: bool = False,
+    trust_run_objects: bool = False,
     replace: bool = False,
     num_cpus: float | None = None,
     linger_s: float = 600.0,
@@ -63,7 +64,9 @@ def launch(
     reward / tools / train_data / eval_data: objects from the kernel used instead of what `cfg` names
     (a reward function or a dict of them, `@rf.tool` functions or a ToolSet, rows or a
     datasets.Dataset); they travel by value and stay in runs/<name>/code/, so a resume needs them
-    only to change them. resume: continue runs/<name> from its latest checkpoint. replace: delete
+    only to change them. resume: continue runs/<name> from its latest checkpoint (its kept objects
+    only when signed by this user, or with trust_run_objects; the config's reward and tools win
+    when it names others, train/objects.py). replace: delete
     runs/<name> first. num_cpus: CPUs the driver reserves (default cfg.cluster.cpus_per_worker; also
     its torch threads). linger_s: how long the driver stays answerable after the run ends.
     working_dir: the project folder shipped with the job (default: the working directory);
@@ -87,9 +90,10 @@ def launch(
     _retire_previous(cfg.name, folder)
     _prepare_folder(folder, resume, replace)
     if payload is not None:
-        objects.save(folder.path, payload)
+        objects.save(folder.path, payload, cfg)
     elif resume:
-        payload = RunObjects.saved_bytes(folder.path)
+        kept = RunObjects.resumed(folder.path, cfg, trust_run_objects)
+        payload = None if kept.empty else kept.dumps()
     folder.write_status(state="pending", step=0, steps=cfg.grpo.steps, error=None, run_dir=str(folder.path), model=cfg.model.name)
     cpus = num_cpus if num_cpus is not None else cfg.cluster.cpus_per_worker
     with quiet_ray_logs():  # Ray's "Creating a file package ... Pushing ..." lines, shown only if it fails
@@ -329,17 +333,18 @@ class TrainingJob:
         step = int(latest.name.removeprefix("step_"))
         return start_engine(str(latest), kind or "hf", num_gpus=num_gpus, version=step, label=f"{self.name}-step{step}", **options)
 
-    def stepper(self, prompt: Any = None, **options: Any) -> Any:
+    def stepper(self, prompt: Any = None, trust_run_objects: bool = False, **options: Any) -> Any:
         """A RolloutStepper on `job.engine(**options)`, with the run's tools, parser and limits;
         `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
-        shows the policy version (step) that sampled it."""
+        shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
+        objects even without this user's signature (train/objects.py)."""
         from rlfactory_nb.rollout.agent import Agent
         from rlfactory_nb.runtime import build_tools
         from rlfactory_nb.train.data import load_rows
         from rlfactory_nb.train.objects import RunObjects
 
         cfg = self.config()
-        objects = RunObjects.load(self.run_dir) or RunObjects()
+        objects = RunObjects.load(self.run_dir, trust_run_objects) or RunObjects()
         engine = self.engine(**options)
         tools = build_tools(cfg, objects.tools)
         if tools is not None:

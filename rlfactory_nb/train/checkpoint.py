@@ -9,7 +9,8 @@ Layout under `runs/<name>/checkpoints/`:
                             `rlfactory-nb export` writes the merged folder.
         trainer_state.pt    step, optimizer state, RNG states (python, numpy, torch)
         run_config.yaml     the run config that produced it
-        digests.json        the SHA-256 of every other file, checked before anything is loaded
+        digests.json        the SHA-256 of every other file, checked before anything is loaded;
+                            a file it does not list is refused (it could be an added adapter)
     latest                  the name of the newest complete checkpoint, written last
 
 Checkpoints are shared like models, so reading one runs no code from it: the trainer state is loaded
@@ -109,7 +110,10 @@ def write_digests(folder: Path) -> None:
 
 
 def verify_digests(folder: str | Path) -> None:
-    """Check every file `digests.json` lists (a checkpoint written before digests existed has none)."""
+    """Check every file `digests.json` lists, and refuse what it does not list: a file added to a
+    checkpoint (say an adapter config with its weights) would change what loads while every listed
+    digest still matched. A folder without digests.json is not a checkpoint (or one written before
+    digests existed): nothing is checked."""
     folder = Path(folder)
     listing = folder / DIGESTS
     if not listing.is_file():
@@ -127,6 +131,14 @@ def verify_digests(folder: str | Path) -> None:
                 f"{file} does not match its digest in {listing}: the file changed after it was "
                 "written (corrupted or tampered with); resume from an earlier checkpoint"
             )
+    listed = {Path(name).name for name in digests} | {DIGESTS}
+    unlisted = sorted(entry.name for entry in folder.iterdir() if entry.name not in listed)
+    if unlisted:
+        raise CheckpointError(
+            f"{folder} holds {', '.join(map(repr, unlisted))}, which {listing} does not list: files added "
+            "to a checkpoint after it was written could change what loads (other weights, an adapter). "
+            "Delete them if you added them yourself; otherwise do not load this folder"
+        )
 
 
 def _sha256(file: Path) -> str:

@@ -91,12 +91,15 @@ class Trainer:
         policy: Policy | None = None,
         reward: RewardRunner | None = None,
         objects: RunObjects | None = None,
+        trust_run_objects: bool = False,
     ):
         """`objects`: reward, tools and rows from the kernel (train/objects.py), used instead of what
-        the config names; None on resume: those the run folder kept, if any."""
+        the config names; None on resume: those the run folder kept, if any (signed by this user
+        unless `trust_run_objects`; the config's reward and tools win when it names others)."""
         self.cfg = cfg
         self.policy = policy
         self.objects = objects or RunObjects()
+        self.trust_run_objects = trust_run_objects
         self.reward = reward  # built in `start`, once the run folder's objects are known
         self.run_dir = cfg.run_dir
         self.step = 0
@@ -149,14 +152,18 @@ class Trainer:
     def _load(self, name_or_path: str | Path) -> Policy:
         """The policy in its master dtype; a LoRA checkpoint with its adapters kept trainable."""
         model = self.cfg.model
-        return Policy.load(name_or_path, device=model.device, dtype=model.master_dtype, trainable_adapter=True)
+        return Policy.load(
+            name_or_path, device=model.device, dtype=model.master_dtype, trainable_adapter=True,
+            trust_remote_code=model.trust_remote_code,
+        )
 
     def _keep_objects(self, resume: bool) -> None:
-        """Objects given are written to the run folder; on resume without any, the folder's are used."""
+        """Objects given are written to the run folder; on resume without any, the folder's are used
+        (less a reward or tools file the config now names instead; one log line says which)."""
         if not self.objects.empty:
-            self.objects.save(self.run_dir)
+            self.objects.save(self.run_dir, config=self.cfg)
         elif resume:
-            self.objects = RunObjects.load(self.run_dir) or self.objects
+            self.objects = RunObjects.resumed(self.run_dir, self.cfg, self.trust_run_objects, say=log.info)
 
     def _resume_point(self, resume: bool) -> ckpt.Checkpoint | None:
         latest = ckpt.load_latest(self.run_dir)
@@ -377,16 +384,19 @@ async def train(
     tools: ExtraTools | None = None,
     train_data: Any = None,
     eval_data: Any = None,
+    trust_run_objects: bool = False,
 ) -> TrainResult:
     """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring.
 
     reward / tools / train_data / eval_data: objects from the kernel instead of what `cfg` names
     (a reward function or dict of them, `@rf.tool` functions or a ToolSet, rows or a
     datasets.Dataset); they are kept in the run folder, so `resume=True` needs them only to change them.
+    trust_run_objects: on resume, load the folder's objects even without this user's signature
+    (train/objects.py: they run code; read code/reward.py first).
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
-    trainer = Trainer(cfg, policy, runner, objects)
+    trainer = Trainer(cfg, policy, runner, objects, trust_run_objects)
     try:
         await trainer.start(resume=resume)
         return await trainer.run(on_step, stop_event)

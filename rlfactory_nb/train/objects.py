@@ -15,15 +15,31 @@ and `rlfactory-nb train --resume` find them again:
     runs/<name>/code/reward.py       their source, for people to read (also tools.py)
     runs/<name>/code/train_data.jsonl, eval_data.jsonl   the rows, readable
 
-Loading objects.pkl runs the code it holds, like importing the run's reward.py would: open run
-folders you or your team wrote, as you would run their code.
+Loading objects.pkl runs the code it holds, so it is loaded only when it carries this user's
+signature: `code/objects.sig.json` holds an HMAC-SHA256 of the pickle, keyed by a secret kept outside
+every run folder (`key_file()`: ~/.config/rlfactory_nb/run_objects.key, made 0600 on first use). A
+folder someone shared, or one whose pickle was swapped, is refused with `UntrustedRunObjects` before
+a byte is unpickled, unless the caller passes `trust_run_objects=True` after reading code/reward.py
+(or signs the folder for good with `trust_run_folder`). Objects sent from the kernel to a Ray driver
+travel in memory and need no check; a resume reads the folder, so a driver on another node needs the
+same key file (`$RLFACTORY_NB_KEY_FILE` may point at a shared one).
+
+On resume the config wins: the signature file also records which reward and tools file the config
+named when the objects were saved, and a resume whose config names another reward (or tools file)
+uses the config's instead of the pickled ones (`RunObjects.resumed`, which says which in one line).
+To keep a pickled reward anyway, pass it: `train(cfg, resume=True, reward=RunObjects.load(run_dir).reward)`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import hmac
 import inspect
 import json
+import os
+import secrets
 import sys
 import sysconfig
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +54,12 @@ from rlfactory_nb.train.data import Row, load_rows
 
 CODE_DIR = "code"
 PICKLE_FILE = "objects.pkl"
+SIGNATURE_FILE = "objects.sig.json"
+
+
+class UntrustedRunObjects(PermissionError):
+    """A run folder's objects.pkl lacks this user's signature; the message says which file, why, and how
+    to proceed."""
 
 
 class ObjectTransferError(TypeError):
@@ -123,11 +145,14 @@ class RunObjects:
 
     # ------------------------------------------------------------------ the run folder
 
-    def save(self, run_dir: str | Path, data: bytes | None = None) -> Path:
-        """Write code/objects.pkl (`data`, or `dumps()`) and the readable copies; returns code/."""
+    def save(self, run_dir: str | Path, data: bytes | None = None, config: Any = None) -> Path:
+        """Write code/objects.pkl (`data`, or `dumps()`), its signature (recording what `config`, a
+        RunConfig, names) and the readable copies; returns code/."""
         folder = Path(run_dir) / CODE_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / PICKLE_FILE).write_bytes(data if data is not None else self.dumps())
+        data = data if data is not None else self.dumps()
+        (folder / PICKLE_FILE).write_bytes(data)
+        _write_signature(folder, data, _named_by(config))
         rewards = [(label, fn) for label, fn in self.functions() if label.startswith("reward")]
         tools = [(label, fn) for label, fn in self.functions() if label.startswith("tool")]
         for name, labelled in (("reward.py", rewards), ("tools.py", tools)):
@@ -141,15 +166,143 @@ class RunObjects:
         return folder
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> RunObjects | None:
-        """The objects a run was started with, or None when it had none (see the module docstring)."""
-        path = Path(run_dir) / CODE_DIR / PICKLE_FILE
-        return cls.loads(path.read_bytes()) if path.exists() else None
+    def load(cls, run_dir: str | Path, trust_run_objects: bool = False) -> RunObjects | None:
+        """The objects a run was started with, or None when it had none; UntrustedRunObjects when
+        they lack this user's signature and `trust_run_objects` is off (module docstring)."""
+        data = cls.saved_bytes(run_dir, trust_run_objects)
+        return None if data is None else cls.loads(data)
 
     @staticmethod
-    def saved_bytes(run_dir: str | Path) -> bytes | None:
-        path = Path(run_dir) / CODE_DIR / PICKLE_FILE
-        return path.read_bytes() if path.exists() else None
+    def saved_bytes(run_dir: str | Path, trust_run_objects: bool = False) -> bytes | None:
+        """code/objects.pkl's bytes once its signature checks out (or is waived), else None."""
+        folder = Path(run_dir) / CODE_DIR
+        path = folder / PICKLE_FILE
+        if not path.exists():
+            return None
+        data = path.read_bytes()
+        if not trust_run_objects:
+            _check_signature(folder, data)
+        return data
+
+    @classmethod
+    def resumed(
+        cls, run_dir: str | Path, config: Any, trust_run_objects: bool = False, say: Callable[[str], None] = print
+    ) -> RunObjects:
+        """The objects a resume of `config` uses: the folder's, less the reward and tools when
+        `config` names others than it did when they were saved (the config wins); `say` gets one line
+        saying which were used."""
+        kept = cls.load(run_dir, trust_run_objects)
+        if kept is None:
+            return cls()
+        recorded = _read_signature(Path(run_dir) / CODE_DIR).get("named_by_config")
+        now = _named_by(config)
+        changes, used = {}, []
+        for field_name in ("reward", "tools"):
+            if getattr(kept, field_name) is None:
+                continue
+            if recorded is not None and recorded.get(field_name) != now.get(field_name):
+                changes[field_name] = None
+                used.append(
+                    f"{field_name}: the config's {_shown(now, field_name)}, not the pickled one (the config "
+                    f"named {_shown(recorded, field_name)} when it was saved)"
+                )
+            else:
+                used.append(f"{field_name}: the pickled one, {Path(run_dir) / CODE_DIR / PICKLE_FILE}")
+        if used:
+            say("resume: " + "; ".join(used))
+        return dataclasses.replace(kept, **changes) if changes else kept
+
+
+def trust_run_folder(run_dir: str | Path) -> Path:
+    """Sign a run folder's objects.pkl with this user's key, so that every later resume (the CLI's
+    included) loads it: the step to take after reading its code/reward.py and code/tools.py. The
+    recorded config names are kept. Returns the signature file."""
+    folder = Path(run_dir) / CODE_DIR
+    data = (folder / PICKLE_FILE).read_bytes()
+    recorded = _read_signature(folder).get("named_by_config")
+    return _write_signature(folder, data, recorded)
+
+
+# ---------------------------------------------------------------------- signatures
+
+
+def key_file() -> Path:
+    """Where this user's signing key lives: `$RLFACTORY_NB_KEY_FILE`, else
+    `$XDG_CONFIG_HOME/rlfactory_nb/run_objects.key` (default ~/.config): outside every run folder."""
+    explicit = os.environ.get("RLFACTORY_NB_KEY_FILE")
+    if explicit:
+        return Path(explicit)
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return config_home / "rlfactory_nb" / "run_objects.key"
+
+
+def _key() -> bytes:
+    """This user's key, made on first use: 32 random bytes, in a file only its owner can read."""
+    path = key_file()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_hex(32) + "\n")
+    key = path.read_text(encoding="utf-8").strip()
+    if not key:
+        raise UntrustedRunObjects(f"{path} (the run objects signing key) is empty: delete it to make a new one")
+    return key.encode()
+
+
+def _named_by(config: Any) -> dict[str, Any] | None:
+    """What a RunConfig names for the reward and tools, as the signature records it. Files by name
+    only: the driver of a Ray job reads the same file under another folder (cluster/shipping.py)."""
+    if config is None:
+        return None
+    tools = config.tools.config
+    return {
+        "reward": [Path(config.reward.function).name, config.reward.args],
+        "tools": None if tools is None else Path(tools).name,
+    }
+
+
+def _shown(named: dict[str, Any], field_name: str) -> str:
+    value = named.get(field_name)
+    return repr(value[0] if field_name == "reward" and isinstance(value, list) else value)
+
+
+def _digest(data: bytes, named: dict[str, Any] | None) -> str:
+    names = json.dumps(named, sort_keys=True, default=str).encode()
+    return hmac.new(_key(), names + b"\0" + data, hashlib.sha256).hexdigest()
+
+
+def _write_signature(folder: Path, data: bytes, named: dict[str, Any] | None) -> Path:
+    path = folder / SIGNATURE_FILE
+    record = {"hmac_sha256": _digest(data, named), "named_by_config": named}
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def _read_signature(folder: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((folder / SIGNATURE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _check_signature(folder: Path, data: bytes) -> None:
+    record = _read_signature(folder)
+    if not record:
+        why = f"it has no readable signature ({folder / SIGNATURE_FILE} is missing or damaged)"
+    elif not hmac.compare_digest(str(record.get("hmac_sha256")), _digest(data, record.get("named_by_config"))):
+        why = f"its signature does not match this user's key ({key_file()}): another user or machine wrote it, or it changed since"
+    else:
+        return
+    raise UntrustedRunObjects(
+        f"refusing to load {folder / PICKLE_FILE}: {why}. Unpickling it would run the code it holds as you. "
+        f"If you trust who wrote this run folder, read {folder / 'reward.py'} (and tools.py), then pass "
+        "trust_run_objects=True (train, launch, evaluate, job.stepper) or sign the folder once with "
+        "rlfactory_nb.train.objects.trust_run_folder(run_dir); or delete objects.pkl to resume with what the "
+        "config names"
+    )
 
 
 def _explain(label: str, value: Any, error: Exception) -> str:
