@@ -34,11 +34,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import reprlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 from rlfactory_nb.config_schema import ConfigError, build, load_yaml
 
@@ -143,6 +146,8 @@ _SERVER_KEYS = ("name", "command", "args", "env", "cwd", "url", "headers", "enab
 _FUNCTION_KEYS = ("function", "name", *(f.name for f in dataclasses.fields(ToolOptions)))
 _TOP_KEYS = ("servers", "functions", "settings")
 _PYTHON_NAMES = ("python", "python3")
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""a tools config file longer than this is refused before it is parsed"""
 
 
 def load_tools_config(source: str | Path | Mapping[str, Any], **settings: Any) -> ToolsFile:
@@ -186,21 +191,33 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[Any, str, Path]:
     path = Path(source)
     if not path.is_file():
         raise ConfigError([f"tools config file not found: {path} (give a path to a .yaml or .json file)"])
-    text = path.read_text(encoding="utf-8")
+    with path.open("rb") as file:
+        raw = file.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"longer than {MAX_CONFIG_BYTES:,} bytes: not a tools config"], str(path))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"not valid UTF-8 ({exc.reason} at byte {exc.start})"], str(path)) from None
     if path.suffix != ".json":
-        data = load_yaml(text, str(path))  # refuses alias bombs and unreadable YAML as a ConfigError
+        try:  # load_yaml refuses alias bombs, deep and unreadable YAML as a ConfigError...
+            data = load_yaml(text, str(path))
+        except yaml.YAMLError as exc:  # ...except characters YAML forbids (its reader checks them first)
+            raise ConfigError([f"cannot parse: {exc}"], str(path)) from None
     else:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError([f"cannot parse: {exc}"], str(path)) from exc
+        except RecursionError:
+            raise ConfigError(["the JSON is nested too deeply"], str(path)) from None
+        except ValueError as exc:  # bad syntax, or an integer of over 4,300 digits
+            raise ConfigError([f"cannot parse: {exc}"], str(path)) from None
     return data if data is not None else {}, str(path), path.resolve().parent
 
 
 def _parse_server(entry: Any, index: int, base_dir: Path, problems: list[str]) -> ServerConfig:
     where = f"servers[{index}]"
     if not isinstance(entry, Mapping):
-        problems.append(f"{where}: expected a mapping with name and command (or url), got {entry!r}")
+        problems.append(f"{where}: expected a mapping with name and command (or url), got {_shown(entry)}")
         return ServerConfig(name=f"<{index}>")
     name = entry.get("name")
     if not isinstance(name, str) or not name:
@@ -210,7 +227,7 @@ def _parse_server(entry: Any, index: int, base_dir: Path, problems: list[str]) -
     _check_keys(entry, _SERVER_KEYS, where, problems)
     tools_raw = entry.get("tools") or {}
     if not isinstance(tools_raw, Mapping):
-        problems.append(f"{where}.tools: expected a mapping of tool name -> options, got {tools_raw!r}")
+        problems.append(f"{where}.tools: expected a mapping of tool name -> options, got {_shown(tools_raw)}")
         tools_raw = {}
     tools = {
         tool: _build(ToolOptions, opts or {}, f"{where}, tool '{tool}'", problems)
@@ -219,7 +236,7 @@ def _parse_server(entry: Any, index: int, base_dir: Path, problems: list[str]) -
     options = _build(ToolOptions, {k: entry[k] for k in _OPTION_KEYS if k in entry}, where, problems)
     enabled = entry.get("enabled")
     if enabled is not None and not _is_str_list(enabled):
-        problems.append(f"{where}.enabled: expected a list of tool names, got {enabled!r}")
+        problems.append(f"{where}.enabled: expected a list of tool names, got {_shown(enabled)}")
         enabled = None
     enabled = tuple(enabled) if enabled is not None else None
     return _server(name, entry, where, base_dir, problems, options=options, tools=tools, enabled=enabled)
@@ -227,13 +244,13 @@ def _parse_server(entry: Any, index: int, base_dir: Path, problems: list[str]) -
 
 def _parse_mcp_servers(servers: Any, base_dir: Path, problems: list[str]) -> tuple[ServerConfig, ...]:
     if not isinstance(servers, Mapping):
-        problems.append(f"mcpServers: expected a mapping of server name -> settings, got {servers!r}")
+        problems.append(f"mcpServers: expected a mapping of server name -> settings, got {_shown(servers)}")
         return ()
     parsed = []
     for name, entry in servers.items():
         where = f"mcpServers.{name}"
         if not isinstance(entry, Mapping):
-            problems.append(f"{where}: expected a mapping with command (or url), got {entry!r}")
+            problems.append(f"{where}: expected a mapping with command (or url), got {_shown(entry)}")
         elif not entry.get("disabled", False):
             parsed.append(_server(str(name), entry, where, base_dir, problems))
     return tuple(parsed)
@@ -260,7 +277,7 @@ def _server(
         ("headers", _is_scalar_map, "a mapping of strings"),
     ):
         if entry.get(key) is not None and not check(entry[key]):
-            problems.append(f"{where}.{key}: expected {expected}, got {entry[key]!r}")
+            problems.append(f"{where}.{key}: expected {expected}, got {_shown(entry[key])}")
     cwd, args = entry.get("cwd"), entry.get("args")
     return ServerConfig(
         name=name,
@@ -285,11 +302,11 @@ def _parse_function(entry: Any, index: int, problems: list[str]) -> FunctionConf
     target = entry.get("function")
     if not (callable(target) or (isinstance(target, str) and ":" in target)):
         problems.append(
-            f"{where}.function: expected 'module:function' (e.g. 'mypackage.tools:search'), got {target!r}"
+            f"{where}.function: expected 'module:function' (e.g. 'mypackage.tools:search'), got {_shown(target)}"
         )
     name = entry.get("name")
     if name is not None and not isinstance(name, str):
-        problems.append(f"{where}.name: expected a string, got {name!r}")
+        problems.append(f"{where}.name: expected a string, got {_shown(name)}")
     opts = _build(
         ToolOptions, {k: v for k, v in entry.items() if k not in ("function", "name")}, where, problems
     )
@@ -299,7 +316,7 @@ def _parse_function(entry: Any, index: int, problems: list[str]) -> FunctionConf
 def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
     """Build a dataclass, folding its problems (prefixed with `where`) into `problems`."""
     if not isinstance(data, Mapping):
-        problems.append(f"{where}: expected a mapping, got {data!r}")
+        problems.append(f"{where}: expected a mapping, got {_shown(data)}")
         return cls()
     try:
         return build(cls, data)
@@ -330,6 +347,12 @@ def _list(data: Mapping[str, Any], key: str, problems: list[str]) -> list[Any]:
         problems.append(f"{key}: expected a list, got {type(value).__name__}")
         return []
     return value
+
+
+def _shown(value: Any) -> str:
+    """A value quoted in a problem: cut in depth and length, so a hostile file's value cannot make the
+    message huge or its repr recurse too deeply."""
+    return reprlib.repr(value)
 
 
 def _is_str_list(value: Any) -> bool:

@@ -22,8 +22,10 @@ draws exactly the prompts the interrupted one would have.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,14 @@ SYNTHETIC_SPLITS = {"synthetic:calculator": "train", "synthetic:calculator-heldo
 FILE_SUFFIXES = (".jsonl", ".parquet", ".json", ".csv")
 SYNTHETIC_TRAIN_SIZE = 20_000
 """questions in the synthetic training set (cheap to make; larger than any run's steps x prompts)"""
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""a JSON line (one row) longer than this is refused: the reader never holds more of it"""
+MAX_JSON_FILE_BYTES = 256 * 1024 * 1024
+"""a .json list is parsed whole, so it is capped; JSON lines files stream and have no total cap"""
+MAX_ROW_GROUP_BYTES = 1024 * 1024 * 1024
+"""a parquet row group whose metadata declares more uncompressed bytes is refused before decoding"""
+PARQUET_BATCH_ROWS = 256
+"""parquet rows decoded at a time, so a limit of a few rows decodes only a batch"""
 
 
 class DatasetError(ValueError):
@@ -43,8 +53,8 @@ class DatasetError(ValueError):
 
 
 def load_rows(source: Any, limit: int | None = None, what: str = "dataset") -> list[Row]:
-    """The rows of `source` (see the module docstring), at most `limit` of them. `what` names the
-    source in errors about objects (e.g. "train_data")."""
+    """The rows of `source` (see the module docstring), at most `limit` of them: a file is read only
+    as far as that. `what` names the source in errors about objects (e.g. "train_data")."""
     if not isinstance(source, (str, Path)):
         return rows_from_object(source, limit, what)
     source = str(source)
@@ -60,10 +70,10 @@ def load_rows(source: Any, limit: int | None = None, what: str = "dataset") -> l
             f"dataset {source!r}: expected a .jsonl, .json, .csv or .parquet file, a folder written by "
             f"Dataset.save_to_disk, or one of {', '.join(SYNTHETIC_SPLITS)}"
         )
-    rows = [to_row(record, where) for where, record in read_records(path)]
+    rows = [to_row(record, where) for where, record in read_records(path, limit)]
     if not rows:
         raise DatasetError(f"dataset file {source!r} has no rows")
-    return rows[:limit] if limit is not None else rows
+    return rows
 
 
 def rows_from_object(data: Any, limit: int | None = None, what: str = "dataset") -> list[Row]:
@@ -82,11 +92,16 @@ def rows_from_object(data: Any, limit: int | None = None, what: str = "dataset")
     return [to_row(record, f"{what} row {number}") for number, record in enumerate(records, start=1)]
 
 
-def read_records(path: str | Path) -> list[tuple[str, Any]]:
-    """The raw records of a `.jsonl`, `.json`, `.csv` or `.parquet` file or a `save_to_disk` folder,
-    each with where it came from (`file:line`, `file row n`) for error messages. Parquet needs
-    pyarrow; nested columns come back as dicts and lists (not numpy arrays, as pandas would give)."""
-    path = Path(path)
+def read_records(path: str | Path, limit: int | None = None) -> list[tuple[str, Any]]:
+    """The first `limit` (default: all) raw records of a `.jsonl`, `.json`, `.csv` or `.parquet` file
+    or a `save_to_disk` folder, each with where it came from (`file:line`, `file row n`) for error
+    messages. Parquet needs pyarrow; nested columns come back as dicts and lists (not numpy arrays,
+    as pandas would give). Files are read lazily and within the bounds above; anything unreadable is
+    a DatasetError naming the file and the line or row."""
+    return list(itertools.islice(_iter_records(Path(path)), limit))
+
+
+def _iter_records(path: Path) -> Iterator[tuple[str, Any]]:
     if not path.exists():
         raise DatasetError(
             f"dataset file {str(path)!r} does not exist (data.train / data.eval in the run config)"
@@ -97,66 +112,151 @@ def read_records(path: str | Path) -> list[tuple[str, Any]]:
         return _read_parquet(path)
     if path.suffix == ".csv":
         return _read_csv(path)
-    if path.suffix == ".json" and path.read_text(encoding="utf-8").lstrip().startswith("["):
+    if path.suffix == ".json" and _starts_with_bracket(path):
         return _read_json_list(path)
     return _read_jsonl(path)
 
 
-def _read_json_list(path: Path) -> list[tuple[str, Any]]:
+def _starts_with_bracket(path: Path) -> bool:
+    with path.open("rb") as file:
+        return file.read(4096).lstrip().startswith(b"[")
+
+
+def parse_json(text: bytes | str, where: str) -> Any:
+    """`json.loads`, with every way it fails (bad syntax or UTF-8, nesting too deep, an integer of
+    more digits than Python converts) as a DatasetError naming `where`."""
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(text)
     except json.JSONDecodeError as error:
-        raise DatasetError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from error
-    return [(f"{path} row {number}", record) for number, record in enumerate(records, start=1)]
+        raise DatasetError(f"{where}: not valid JSON ({error.msg})") from None
+    except UnicodeDecodeError as error:
+        raise DatasetError(f"{where}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: JSON nested too deeply") from None
+    except ValueError as error:  # e.g. an integer past sys.get_int_max_str_digits()
+        raise DatasetError(f"{where}: unreadable JSON value ({error})") from None
 
 
-def _read_csv(path: Path) -> list[tuple[str, Any]]:
+def bounded_lines(path: Path, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) for each line of `path`, read lazily; None for a line longer than
+    `max_bytes` (which is skipped without being held in memory)."""
+    with path.open("rb") as file:
+        for number in itertools.count(1):
+            line = file.readline(max_bytes + 1)
+            if not line:
+                return
+            if len(line) > max_bytes and not line.endswith(b"\n"):
+                while (rest := file.readline(max_bytes)) and not rest.endswith(b"\n"):
+                    pass
+                yield number, None
+            else:
+                yield number, line
+
+
+def _read_json_list(path: Path) -> Iterator[tuple[str, Any]]:
+    with path.open("rb") as file:
+        text = file.read(MAX_JSON_FILE_BYTES + 1)
+    if len(text) > MAX_JSON_FILE_BYTES:
+        raise DatasetError(
+            f"{path}: a JSON list file is read whole and may hold at most {MAX_JSON_FILE_BYTES:,} bytes; "
+            "write JSON lines (.jsonl) for larger datasets"
+        )
+    records = parse_json(text, str(path))
+    if not isinstance(records, list):
+        raise DatasetError(f"{path}: expected a list of row objects, got {type(records).__name__}")
+    yield from ((f"{path} row {number}", record) for number, record in enumerate(records, start=1))
+
+
+def _read_csv(path: Path) -> Iterator[tuple[str, Any]]:
     import csv
 
-    with path.open(encoding="utf-8", newline="") as file:
-        return [(f"{path}:{number}", dict(record)) for number, record in enumerate(csv.DictReader(file), start=2)]
+    with path.open(encoding="utf-8", errors="strict", newline="") as file:
+        reader = csv.DictReader(file)
+        try:
+            for record in reader:
+                yield f"{path}:{reader.line_num}", dict(record)
+        except csv.Error as error:  # e.g. a field past csv.field_size_limit() (131,072 characters)
+            raise DatasetError(f"{path}:{reader.line_num + 1}: unreadable CSV ({error})") from None
+        except UnicodeDecodeError as error:  # decoded in chunks: the line is where the chunk begins
+            raise DatasetError(
+                f"{path}: after line {reader.line_num}: not valid UTF-8 ({error.reason})"
+            ) from None
 
 
-def _read_saved_dataset(path: Path) -> list[tuple[str, Any]]:
+def _read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    for number, line in bounded_lines(path):
+        where = f"{path}:{number}"
+        if line is None:
+            raise DatasetError(f"{where}: line longer than {MAX_LINE_BYTES:,} bytes")
+        if line.strip():
+            yield where, parse_json(line, where)
+
+
+def _read_saved_dataset(path: Path) -> Iterator[tuple[str, Any]]:
     try:
         import datasets
     except ImportError as error:
-        raise DatasetError(f"reading the dataset folder {path} needs datasets: pip install datasets") from error
+        raise DatasetError(
+            f"reading the dataset folder {path} needs datasets: pip install datasets"
+        ) from error
+    _check_data_files_inside(path)
     try:
         loaded = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError) as error:
-        raise DatasetError(f"{path}: not a folder written by Dataset.save_to_disk ({error})") from error
+    except Exception as error:  # noqa: BLE001 - datasets and pyarrow raise many types for a broken folder
+        raise DatasetError(f"{path}: not a folder written by Dataset.save_to_disk ({error})") from None
     if isinstance(loaded, datasets.DatasetDict):
         raise DatasetError(
             f"{path} holds a DatasetDict with splits {sorted(loaded)}: point data.train at one split's folder"
         )
-    return [(f"{path} row {number}", record) for number, record in enumerate(loaded.to_list(), start=1)]
+    yield from ((f"{path} row {number}", record) for number, record in enumerate(loaded, start=1))
 
 
-def _read_jsonl(path: Path) -> list[tuple[str, Any]]:
-    records = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((f"{path}:{number}", json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise DatasetError(f"{path}:{number}: not valid JSON ({error.msg})") from error
-    return records
+def _check_data_files_inside(path: Path) -> None:
+    """A save_to_disk folder's state.json names its arrow files; `datasets` joins each name to the
+    folder, so an absolute name (or `..`) would read another dataset. Only plain names are let through."""
+    state = path / "state.json"
+    if not state.is_file():
+        return  # a DatasetDict folder, or not a dataset at all: load_from_disk says which
+    with state.open("rb") as file:
+        text = file.read(MAX_LINE_BYTES + 1)
+    if len(text) > MAX_LINE_BYTES:
+        raise DatasetError(f"{state}: longer than {MAX_LINE_BYTES:,} bytes")
+    files = parse_json(text, str(state))
+    files = files.get("_data_files") if isinstance(files, dict) else None
+    if not isinstance(files, list):
+        raise DatasetError(f"{state}: expected an object with a '_data_files' list")
+    for entry in files:
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise DatasetError(
+                f"{state}: data file {name!r} is not a plain file name inside the folder "
+                "(an absolute path or '..' would read another dataset)"
+            )
 
 
-def _read_parquet(path: Path) -> list[tuple[str, Any]]:
+def _read_parquet(path: Path) -> Iterator[tuple[str, Any]]:
     try:
-        import pyarrow
         import pyarrow.parquet
     except ImportError as error:
         raise DatasetError(f"reading {path} needs pyarrow: pip install pyarrow") from error
+    number = 0
     try:
-        table = pyarrow.parquet.read_table(path)
-    except (OSError, pyarrow.ArrowException) as error:
-        raise DatasetError(f"{path}: not a readable parquet file ({error})") from error
-    return [(f"{path} row {number}", record) for number, record in enumerate(table.to_pylist(), start=1)]
+        file = pyarrow.parquet.ParquetFile(path)
+        for group in range(file.metadata.num_row_groups):
+            size = file.metadata.row_group(group).total_byte_size
+            if size > MAX_ROW_GROUP_BYTES:
+                raise DatasetError(
+                    f"{path}: row group {group} declares {size:,} bytes uncompressed, more than "
+                    f"{MAX_ROW_GROUP_BYTES:,}; write smaller row groups"
+                )
+        for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            for record in batch.to_pylist():
+                number += 1
+                yield f"{path} row {number}", record
+    except DatasetError:
+        raise
+    except Exception as error:  # noqa: BLE001 - pyarrow raises many types for a broken file
+        raise DatasetError(f"{path}: not a readable parquet file (near row {number + 1}: {error})") from None
 
 
 def to_row(record: Any, where: str) -> Row:

@@ -45,6 +45,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.train.data import DatasetError, bounded_lines, parse_json
 from rlfactory_nb.types import Trajectory
 
 METRICS_FILE = "metrics.jsonl"
@@ -251,16 +252,19 @@ class MetricsWriter:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every row of a run's metrics.jsonl (a torn last line from a crash is skipped)."""
+    """Every row of a run's metrics.jsonl. A line that is not a JSON object is skipped, as a torn
+    last line from a crash is: so is one that is not UTF-8, nested too deep, or past MAX_LINE_BYTES."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in bounded_lines(path):
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = parse_json(line or b"", f"{path}:{number}")
+        except DatasetError:
             continue
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 
