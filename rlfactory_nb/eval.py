@@ -173,7 +173,10 @@ async def evaluate(
     cfg = cfg or RunConfig(name="eval")
     kept = (RunObjects.load(run_dir, trust_run_objects) if run_dir is not None else None) or RunObjects()
     given = model if isinstance(model, Engine) else None
-    policy = given or (model if isinstance(model, Policy) else Policy.load(model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None))
+    policy = given or (model if isinstance(model, Policy) else Policy.load(
+        model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None,
+        trust_remote_code=cfg.model.trust_remote_code,
+    ))
     rows = _rows(dataset if dataset is not None else kept.eval_data, cfg, limit)
     runner = RewardRunner.from_config(cfg.reward, reward if reward is not None else kept.reward)
     toolset = build_tools(cfg, tools if tools is not None else kept.tools)

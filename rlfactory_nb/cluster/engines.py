@@ -260,7 +260,7 @@ def _source(model: Any, kind: str, weights: Any) -> tuple[str | dict[str, Any], 
         name = str(model)
         path = Path(model_folder(name, log=lambda _: None))
         if not lora.is_adapter_folder(path):
-            return name, AutoTokenizer.from_pretrained(str(path)), weights
+            return name, AutoTokenizer.from_pretrained(str(path), trust_remote_code=False), weights
         from rlfactory_nb.policy import Policy
 
         model = Policy.load(path, device="cpu", log=lambda _: None)  # an adapter: merged here, sent as weights

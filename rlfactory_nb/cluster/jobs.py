@@ -262,11 +262,11 @@ class TrainingJob:
 
         checkpoints = self.checkpoints
         if checkpoints:
-            return AutoTokenizer.from_pretrained(str(checkpoints[-1]))
+            return AutoTokenizer.from_pretrained(str(checkpoints[-1]), trust_remote_code=False)
         from rlfactory_nb.model_files import model_folder
 
         model = self.folder.status().get("model") or "tiny-calculator"
-        return AutoTokenizer.from_pretrained(str(model_folder(model)))
+        return AutoTokenizer.from_pretrained(str(model_folder(model)), trust_remote_code=False)
 
     # ------------------------------------------------------------------ control
 

@@ -327,8 +327,8 @@ def _create_hf_engine(model_path_or_objects: Any, **options: Any) -> HFEngine:
 
         device = options.pop("device", "cuda" if torch.cuda.is_available() else "cpu")
         dtype = options.pop("dtype", torch.float32)
-        model = AutoModelForCausalLM.from_pretrained(str(model_path_or_objects), dtype=dtype).to(device)
-        tokenizer = AutoTokenizer.from_pretrained(str(model_path_or_objects))
+        model = AutoModelForCausalLM.from_pretrained(str(model_path_or_objects), dtype=dtype, trust_remote_code=False).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path_or_objects), trust_remote_code=False)
         return HFEngine(model, tokenizer, **options)
     if isinstance(model_path_or_objects, tuple) and len(model_path_or_objects) == 2:
         model, tokenizer = model_path_or_objects

@@ -229,7 +229,7 @@ class VLLMEngine:
     def _load_tokenizer(self) -> Any:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(self.model_path)
+        return AutoTokenizer.from_pretrained(self.model_path, trust_remote_code=False)
 
 
 def _to_generation(completion: Any) -> Generation:

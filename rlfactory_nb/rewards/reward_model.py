@@ -61,7 +61,7 @@ class RewardModel:
             ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         )
         self.batch_size, self.max_length = batch_size, max_length
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path, truncation_side="left")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path, truncation_side="left", trust_remote_code=False)
         self.chat_template = chat_template or self.tokenizer.chat_template
         if not self.chat_template:
             raise RewardModelError(
@@ -69,7 +69,7 @@ class RewardModel:
                 "with; pass chat_template= (a Jinja template string)"
             )
         self.model = AutoModelForSequenceClassification.from_pretrained(
-            self.path, dtype=getattr(torch, dtype)
+            self.path, dtype=getattr(torch, dtype), trust_remote_code=False
         )
         self.model.to(self.device).eval()
         if self.tokenizer.pad_token is None:
@@ -190,7 +190,7 @@ def check_sequence_classifier(path: str) -> None:
     else:
         from transformers import AutoConfig
 
-        architectures = AutoConfig.from_pretrained(path).architectures or []
+        architectures = AutoConfig.from_pretrained(path, trust_remote_code=False).architectures or []
     if not any(name.endswith("ForSequenceClassification") for name in architectures):
         held = ", ".join(architectures) or "a model config that names no architecture"
         hint = (
