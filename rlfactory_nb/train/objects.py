@@ -241,10 +241,15 @@ def _key() -> bytes:
     path = key_file()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(secrets.token_hex(32) + "\n")
+        # written whole under a temporary name, then linked into place: a process that finds the key
+        # never reads half of it, and one that loses the race uses the winner's
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)
+        temporary.unlink()
     key = path.read_text(encoding="utf-8").strip()
     if not key:
         raise UntrustedRunObjects(f"{path} (the run objects signing key) is empty: delete it to make a new one")
