@@ -24,6 +24,12 @@ building a preset, and the driver checks the kernel's digest of the model (clust
 Size limit: SHIP_LIMIT_MB (100 MiB) for the project folder and for the staged files, each; past
 it `launch` fails in the cell naming the largest files. Put large datasets on storage every node
 mounts and name them by that path with `ship_files=False`, or pass rows (`train_data=`).
+
+Symlinks are followed, because Ray's packaging follows them when it zips a folder (and the staging
+copy does too): the size check walks the same way and counts what a link reaches, at its apparent
+size (a sparse file zips to its full length). A link back to a folder above it would be followed
+forever, so a loop fails in the cell, naming the link. The staged package is a temporary folder;
+`upload` removes it once Ray has its copy.
 """
 
 from __future__ import annotations
@@ -193,14 +199,35 @@ def _check_size(paths: list[Path], excludes: list[str], what: str) -> None:
 
 
 def _files(root: Path, excludes: list[str]) -> list[Path]:
+    """The files under `root` that would ship, following symlinks as Ray's zip does; raises
+    ShippingError at a link that leads back to a folder it is inside (it would never end)."""
     names = {pattern for pattern in excludes if "*" not in pattern and not pattern.startswith("/")}
     anchored = {root / pattern[1:] for pattern in excludes if pattern.startswith("/")}
     suffixes = tuple(pattern[1:] for pattern in excludes if pattern.startswith("*"))
     found = []
-    for directory, subdirs, files in os.walk(root):
-        subdirs[:] = [d for d in subdirs if d not in names and Path(directory, d) not in anchored]
-        found += [Path(directory, f) for f in files if not f.endswith(suffixes)]
+    pending = [(root, frozenset[tuple[int, int]]())]
+    while pending:
+        directory, above = pending.pop()
+        identity = _identity(directory)
+        if identity in above:
+            raise ShippingError(
+                f"{directory} is a symlink loop (it leads back to a folder above it): shipping follows "
+                "symlinks, so remove the link or exclude it in .gitignore"
+            )
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                if entry.is_dir():  # follows a link, as Ray's packaging does
+                    if entry.name not in names and path not in anchored:
+                        pending.append((path, above | {identity}))
+                elif entry.is_file() and not entry.name.endswith(suffixes):
+                    found.append(path)  # a dangling link is neither: Ray skips it too
     return found
+
+
+def _identity(directory: Path) -> tuple[int, int]:
+    status = directory.stat()
+    return status.st_dev, status.st_ino
 
 
 def upload(env: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +241,17 @@ def upload(env: dict[str, Any]) -> dict[str, Any]:
     from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
     from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
 
-    scratch = ray._private.worker.global_worker.node.get_runtime_env_dir_path()
-    env = upload_py_modules_if_needed(dict(env), include_gitignore=True, scratch_dir=scratch)
-    return upload_working_dir_if_needed(env, include_gitignore=True, scratch_dir=scratch)
+    try:
+        scratch = ray._private.worker.global_worker.node.get_runtime_env_dir_path()
+        uploaded = upload_py_modules_if_needed(dict(env), include_gitignore=True, scratch_dir=scratch)
+        return upload_working_dir_if_needed(uploaded, include_gitignore=True, scratch_dir=scratch)
+    finally:
+        remove_staged(env)
+
+
+def remove_staged(env: dict[str, Any]) -> None:
+    """Delete the temporary folders `_stage` made for `env`'s py_modules (only those)."""
+    for module in env.get("py_modules", []):
+        package = Path(module)
+        if package.name.startswith(STAGED_PREFIX) and package.parent.parent == Path(tempfile.gettempdir()):
+            shutil.rmtree(package.parent, ignore_errors=True)
