@@ -11,6 +11,11 @@ rollouts overlap slow tools.
 
     python -m rlfactory_nb.tools.servers.search --corpus data.jsonl --top-k 3 --latency-mean-s 0.2
 
+Ranking runs in a worker thread (`asyncio.to_thread`), so a long search does not stall the other
+queries the server is answering; a query longer than `max_query_chars` (default 1,000) is refused
+with an error result naming the limit, since its cost grows with its distinct terms (a 23 KB query
+over 40k documents took 3 s).
+
 Environment variables RLF_SEARCH_CORPUS, RLF_SEARCH_LATENCY_MEAN_S and RLF_SEARCH_LATENCY_SIGMA set the
 same options (flags win), so a config can set them through `env:`.
 """
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 TINY_WIKI = Path(__file__).parent / "data" / "tiny_wiki.jsonl"
 """the small corpus shipped with the package (synthetic documents written for tests and examples)"""
@@ -170,6 +176,7 @@ def build_server(
     snippet_chars: int = 300,
     latency: Latency = Latency(),
     seed: int = 0,
+    max_query_chars: int = 1000,
 ) -> MCPServer:
     index = BM25(load_corpus(corpus))
     rng = random.Random(seed)
@@ -178,8 +185,13 @@ def build_server(
     @server.tool(name="search")
     async def search(query: str, top_k: int = default_top_k) -> str:
         """Search the knowledge base and return the most relevant passages with their titles."""
+        if len(query) > max_query_chars:  # a ToolError's message reaches the model; others are hidden
+            raise ToolError(
+                f"the query is {len(query):,} characters; the limit is {max_query_chars:,} (--max-query-chars)"
+            )
         await asyncio.sleep(latency.sample(rng))
-        return format_results(index.search(query, max(1, min(top_k, max_top_k))), snippet_chars)
+        results = await asyncio.to_thread(index.search, query, max(1, min(top_k, max_top_k)))
+        return format_results(results, snippet_chars)
 
     return server
 
@@ -197,9 +209,13 @@ def main(argv: list[str] | None = None) -> None:
         "--latency-sigma", type=float, default=float(os.environ.get("RLF_SEARCH_LATENCY_SIGMA", "0.5"))
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-query-chars", type=int, default=1000, help="longer queries are refused")
     args = parser.parse_args(argv)
     latency = Latency(args.latency_mean_s, args.latency_sigma)
-    build_server(args.corpus, args.top_k, args.max_top_k, args.snippet_chars, latency, args.seed).run("stdio")
+    server = build_server(
+        args.corpus, args.top_k, args.max_top_k, args.snippet_chars, latency, args.seed, args.max_query_chars
+    )
+    server.run("stdio")
 
 
 if __name__ == "__main__":
