@@ -14,7 +14,7 @@ ROOT=$(pwd)
 TARGETS=${*:-demo test}
 WORK=$(mktemp -d /tmp/first-run-XXXXXX)
 git clone --quiet "$ROOT" "$WORK/clone"
-export XDG_CACHE_HOME="$WORK/cache" RLFACTORY_NB_CACHE="$WORK/cache/rlfactory_nb" PIP_NO_CACHE_DIR=0
+export XDG_CACHE_HOME="$WORK/cache" RLFACTORY_NB_CACHE="$WORK/cache/rlfactory_nb"
 mkdir -p "$XDG_CACHE_HOME"
 RESULT="$ROOT/bench/manual/first_run.md"
 ROWS=()
@@ -47,7 +47,7 @@ done
     echo
     echo "    bash bench/first_run.sh $TARGETS"
     echo
-    echo "Machine: $(nproc) CPU cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM, $(date -u +%Y-%m-%d), load average at end $(cut -d' ' -f1-3 /proc/loadavg). A clone of commit $(git rev-parse --short HEAD), no .venv, empty caches (pip's own download cache kept)."
+    echo "Machine: $(nproc) CPU cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM, $(date -u +%Y-%m-%d), load average at end $(cut -d' ' -f1-3 /proc/loadavg). A clone of commit $(git rev-parse --short HEAD), no .venv, empty caches (XDG_CACHE_HOME: pip downloads every wheel again)."
     echo
     echo "| command | wall time | result |"
     echo "|---|---:|---|"
