@@ -103,7 +103,10 @@ NonEmptyStr = Annotated[str, not_empty]
 def load_yaml(text: str, source: str = "") -> Any:
     """`yaml.safe_load`, except that a document expanding past MAX_YAML_NODES values, a recursive
     alias, or text YAML cannot read is a ConfigError naming `source`."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # reads the first characters: a NUL byte raises here
+    except yaml.YAMLError as error:
+        raise ConfigError([f"cannot parse: {error}"], source) from error
     try:
         node = loader.get_single_node()
         if node is None:

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlfactory_nb.rollout import template_bounds
 from rlfactory_nb.types import Message, Sample
 
 
@@ -62,6 +63,7 @@ class RewardModel:
         )
         self.batch_size, self.max_length = batch_size, max_length
         self.tokenizer = AutoTokenizer.from_pretrained(self.path, truncation_side="left", trust_remote_code=False)
+        template_bounds.install()  # the folder's chat template renders in the bounded sandbox
         self.chat_template = chat_template or self.tokenizer.chat_template
         if not self.chat_template:
             raise RewardModelError(

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlfactory_nb.rollout import template_bounds
 from rlfactory_nb.types import Message
 
 # The base's assistant turn carries reasoning so that every Qwen3-style template renders it the
@@ -32,6 +33,8 @@ class TemplateError(ValueError):
 
 
 def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, **options: Any) -> str:
+    """The chat template's text, rendered in the bounded sandbox (template_bounds.py)."""
+    template_bounds.install()
     return tokenizer.apply_chat_template(list(messages), tools=tools or None, tokenize=False, **options)
 
 

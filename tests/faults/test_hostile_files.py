@@ -174,3 +174,13 @@ def test_random_bytes_raise_only_the_documented_error(tmp_path, suffix, reader, 
         reader(path)
     except documented:
         pass
+
+
+def test_a_run_config_with_a_nul_byte_is_a_config_error(tmp_path):
+    """Found by the random-bytes test of the tools config: YAML's reader raised before the parse."""
+    from rlfactory_nb.config import ConfigError, RunConfig
+
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"name: x\x00\n")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        RunConfig.from_yaml(path)
