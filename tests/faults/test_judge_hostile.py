@@ -16,6 +16,8 @@ import tracemalloc
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlfactory_nb.rewards.judge import JudgeError, JudgeParseError, LLMJudge
 from rlfactory_nb.rewards.samples import make_sample
@@ -210,3 +212,23 @@ async def test_every_unusable_body_is_a_judge_error(hostile, body, headers, erro
     judge = LLMJudge(hostile.script("garbage", body, headers), "m", max_retries=0, cache=False)
     with pytest.raises(JudgeError, match=error):  # before: a bare RecursionError for deep JSON
         await judge(sample())
+
+
+_JUDGE_PIECES = ["<score>", "</score>", "<scores>", "</scores>", "<think>", "</think>", "[", "]", ",", "/10", "10", "7.5", " " * 50, "-", "e9999"]
+
+
+@given(st.lists(st.one_of(st.sampled_from(_JUDGE_PIECES), st.text(max_size=8)), max_size=60))
+@settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+def test_any_reply_is_a_score_in_range_or_a_value_error(pieces):
+    """The judge's parsers on random replies: a score in [0, 1] (a list of them), or the ValueError
+    the judge turns into a JudgeError; never another exception, never past the deadline."""
+    from rlfactory_nb.rewards.judge_prompts import parse_group_scores, parse_score
+
+    reply = "".join(pieces)
+    for parse in (parse_score, parse_group_scores):
+        try:
+            result = parse(reply)
+        except ValueError:
+            continue
+        for score in result if isinstance(result, list) else [result]:
+            assert 0.0 <= score <= 1.0
