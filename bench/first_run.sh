@@ -47,7 +47,7 @@ done
     echo
     echo "    bash bench/first_run.sh $TARGETS"
     echo
-    echo "Machine: $(nproc) CPU cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM, $(date -u +%Y-%m-%d), load average at end $(cut -d' ' -f1-3 /proc/loadavg). A clone of commit $(git rev-parse --short HEAD), no .venv, empty caches (XDG_CACHE_HOME: pip downloads every wheel again)."
+    echo "Machine: $(nproc) CPU cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM, $(date -u +%Y-%m-%d), load average at end $(cut -d' ' -f1-3 /proc/loadavg). A clone of commit $(git -C "$WORK/clone" rev-parse --short HEAD), no .venv, empty caches (XDG_CACHE_HOME: pip downloads every wheel again)."
     echo
     echo "| command | wall time | result |"
     echo "|---|---:|---|"

@@ -4,9 +4,15 @@ import pytest
 
 from rlfactory_nb.notebooks_run import run_notebooks
 
+CELL_TIMEOUT_S = 300
+"""a cell's bound in the test runs (the runner's default is 900 s, for a user's long training cell):
+with the test parameters the longest cell takes well under a minute, and a cell whose reply the
+kernel/client pair lost (the runner reruns that notebook once) cost 15 minutes of a 2026-12-01 suite
+at 900 s"""
+
 
 @pytest.fixture(scope="session")
 def executed_notebooks(tmp_path_factory, tiny_policy):
     """The executed notebooks (with .html exports beside them) on the notebooks' small defaults;
     notebook 03's run is under `<folder>/runs/calculator-notebook`."""
-    return run_notebooks(tmp_path_factory.mktemp("executed"), {"eval_size": 4})
+    return run_notebooks(tmp_path_factory.mktemp("executed"), {"eval_size": 4}, timeout_s=CELL_TIMEOUT_S)

@@ -6,6 +6,8 @@ import pytest
 
 from rlfactory_nb.notebooks_run import NOTEBOOKS, run_notebooks
 
+from .conftest import CELL_TIMEOUT_S
+
 pytestmark = pytest.mark.slow
 
 
@@ -41,7 +43,7 @@ def test_notebooks_step_score_and_evaluate_on_a_local_ray_cluster(tmp_path, tiny
     cluster = Cluster.connect(num_cpus=2, dashboard=False)
     try:
         address = ray.get_runtime_context().gcs_address
-        executed = run_notebooks(tmp_path, {"eval_size": 2, "cluster_address": address}, html=False)
+        executed = run_notebooks(tmp_path, {"eval_size": 2, "cluster_address": address}, html=False, timeout_s=CELL_TIMEOUT_S)
         for path in executed:
             notebook = json.loads(path.read_text())
             errors = [o for c in notebook["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]

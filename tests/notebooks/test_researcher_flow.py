@@ -10,6 +10,8 @@ import pytest
 
 from rlfactory_nb.notebooks_run import notebooks_dir, run_notebooks
 
+from .conftest import CELL_TIMEOUT_S
+
 pytestmark = pytest.mark.slow
 
 NEW_KERNEL = '''
@@ -33,7 +35,10 @@ def test_lab_reward_and_cell_tool_train_then_a_new_kernel_resumes_and_evaluates(
     """Slow: three kernels in turn (02, 03, a new one), each starting a local Ray or a job on it."""
     parameters = {"run_name": "flow", "steps": 2, "prompts_per_step": 2, "group_size": 2, "n_prompts": 2,
                   "eval_size": 4, "use_cell_tool": True}
-    run_notebooks(tmp_path, parameters, notebooks=("02_reward_design.ipynb", "03_train_grpo.ipynb"), html=False)
+    run_notebooks(
+        tmp_path, parameters, notebooks=("02_reward_design.ipynb", "03_train_grpo.ipynb"), html=False,
+        timeout_s=CELL_TIMEOUT_S,
+    )
     code = tmp_path / "runs" / "flow" / "code"
     assert "def shaped" in (code / "reward.py").read_text()  # the cell of notebook 02
     assert "def digit_count" in (code / "tools.py").read_text()  # the cell of notebook 03
