@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     machine = machine_line()
-    from rlfactory_nb import presets
+    from rlfactory_nb.models import presets
 
     presets.preset_path("tiny-calculator")
     runs = {setting: train_once(args, setting) for setting in args.settings}

@@ -49,9 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_prompts(tokenizer: Any, count: int) -> list[list[int]]:
     """`count` calculator questions as prompt ids, with the calculator tool listed as in training."""
-    from rlfactory_nb.presets import calculator
+    from rlfactory_nb.data.rows import load_rows
+    from rlfactory_nb.models.presets import calculator
     from rlfactory_nb.rollout.tokens import prompt_ids
-    from rlfactory_nb.train.data import load_rows
 
     rows = load_rows("synthetic:calculator", count)
     return [prompt_ids(tokenizer, row["messages"], [calculator.CALCULATOR_TOOL]) for row in rows]
@@ -85,7 +85,7 @@ def open_engines(path: Path, model: Any, tokenizer: Any) -> tuple[dict[str, Any]
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from rlfactory_nb.engines import SamplingParams
-    from rlfactory_nb.policy import Policy
+    from rlfactory_nb.models.policy import Policy
 
     policy = Policy.load("tiny-calculator", device="cpu", dtype="float32")
     prompts = build_prompts(policy.tokenizer, max(BATCH_SIZES))

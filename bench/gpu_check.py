@@ -88,7 +88,7 @@ def full_vocab_tokenizer(vocab: int) -> Any:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from rlfactory_nb.presets.tokenizer import ADDED_TOKENS, _byte_to_unicode, chat_template
+    from rlfactory_nb.models.presets.tokenizer import ADDED_TOKENS, _byte_to_unicode, chat_template
 
     ranks = min(QWEN3_BPE_RANKS, vocab - len(ADDED_TOKENS))
     to_unicode = _byte_to_unicode()
@@ -176,8 +176,8 @@ async def run_mode(
 ) -> list[dict[str, Any]]:
     """`steps` GRPO steps of one mode on a fresh model; one record a step."""
     from rlfactory_nb.algo.advantages import group_advantages
-    from rlfactory_nb.policy import Policy
-    from rlfactory_nb.presets import calculator
+    from rlfactory_nb.models.policy import Policy
+    from rlfactory_nb.models.presets import calculator
     from rlfactory_nb.rollout.agent import Agent
     from rlfactory_nb.rollout.groups import rollout_groups
     from rlfactory_nb.train.batch import build_batch

@@ -221,8 +221,8 @@ def run_trl(steps: int) -> None:
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from rlfactory_nb.policy import Policy
-    from rlfactory_nb.train.data import load_rows
+    from rlfactory_nb.data.rows import load_rows
+    from rlfactory_nb.models.policy import Policy
 
     policy = Policy.load("tiny-calculator", device="cpu", dtype="float32")
     rows = load_rows("synthetic:calculator", 4096)

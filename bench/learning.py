@@ -266,7 +266,7 @@ def markdown(
 
 def train_once(args: argparse.Namespace, dtype: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One training run in compute dtype `dtype`: its CSV rows and its summary."""
-    from rlfactory_nb import presets
+    from rlfactory_nb.models import presets
 
     cfg = run_config(args.steps, args.eval_every, args.out, dtype)
     if cfg.model.name in presets.PRESETS:

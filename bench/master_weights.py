@@ -4,7 +4,7 @@
 
 Issue #20 asks for float32 master weights wherever compute runs in bfloat16, and for the local and
 DDP backends leaves two ways open: keep the parameters float32 and run forward and backward under
-`torch.autocast` (what `rlfactory_nb.train.precision` does), or keep the model in bfloat16 and give
+`torch.autocast` (what `rlfactory_nb.models.precision` does), or keep the model in bfloat16 and give
 the optimizer a float32 copy (gradients copied bf16 -> fp32 before the step, weights copied back
 after it), as Megatron and DeepSpeed do. This measures both, with float32 everywhere and bfloat16
 AdamW without a master (the broken baseline) beside them:
@@ -116,7 +116,7 @@ class Stepper:
     def __init__(self, variant: str, shape: Shape):
         import torch
 
-        from rlfactory_nb.train.precision import FLOAT32, Precision, apply_dtypes
+        from rlfactory_nb.models.precision import FLOAT32, Precision, apply_dtypes
 
         self.variant = variant
         model = build_model(shape)
@@ -137,7 +137,7 @@ class Stepper:
     def loss(self) -> Any:
         import torch
 
-        from rlfactory_nb.train.precision import autocast
+        from rlfactory_nb.models.precision import autocast
 
         with autocast(torch.device("cpu"), self.precision):
             logits = self.model(input_ids=self.input_ids).logits  # (B, T, V)

@@ -326,7 +326,7 @@ def run_trl(shape: Shape, steps: int, report: Report) -> None:
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from rlfactory_nb.presets.tokenizer import build_tokenizer
+    from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 
     batch = bench_batch(shape)
     prompt = shape.tokens - shape.trained

@@ -48,8 +48,8 @@ from bench._common import command_block, machine_line, markdown_table, script_ar
 from bench.latency_server import server_args
 from bench.schedulers import SeededEngine, TurnBarrier, run_async, run_turn_barrier
 from rlfactory_nb.engines.base import SamplingParams
-from rlfactory_nb.policy import Policy
-from rlfactory_nb.presets import calculator
+from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools import ServerConfig, ToolSet, ToolSetSettings
 from rlfactory_nb.types import Trajectory

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python bench/vllm_lora.py [--rounds 3] [--requests 32] [--tokens 64]
 
 Issue #14 leaves open how a vLLM engine should follow a LoRA run. Built: the trainer merges the
-adapters into the base (`rlfactory_nb.train.lora.merge_state`) and pushes full weights through the
+adapters into the base (`rlfactory_nb.models.lora.merge_state`) and pushes full weights through the
 existing sync (`VLLMEngine.update_weights`), so the engine runs a plain model. The alternative: start
 vLLM with `enable_lora=True` over the frozen base, send each request with a `LoRARequest`, and after
 every update save the adapter and load it as a new adapter version (`add_lora`, then `remove_lora` of
@@ -54,7 +54,7 @@ def build_base(folder: Path) -> Any:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from rlfactory_nb.presets.tokenizer import build_tokenizer
+    from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 
     torch.manual_seed(0)
     config = Qwen3Config(
@@ -142,7 +142,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from vllm.lora.request import LoRARequest
 
     from rlfactory_nb.engines.vllm import VLLMEngine
-    from rlfactory_nb.train.lora import merge_state
+    from rlfactory_nb.models.lora import merge_state
 
     base_dir = work / "base"
     base = build_base(base_dir)

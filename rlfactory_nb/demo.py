@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from rlfactory_nb.engines.base import SamplingParams
-from rlfactory_nb.policy import Policy
-from rlfactory_nb.presets import calculator
+from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.display import format_trajectory
 from rlfactory_nb.tools import ToolSet

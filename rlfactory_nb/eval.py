@@ -21,7 +21,7 @@ from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.base import Engine
-from rlfactory_nb.policy import Policy
+from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
@@ -164,11 +164,11 @@ async def evaluate(
     datasets.Dataset, a source such as "synthetic:calculator-heldout", or None: cfg.data.eval) with
     cfg's tools, rollout and reward. `reward` / `tools`: objects from the kernel, as `launch` takes
     them; `run_dir`: use the objects a run kept (runs/<name>/code/) where these are not given (only
-    when signed by this user, or with `trust_run_objects`: train/objects.py).
+    when signed by this user, or with `trust_run_objects`: data/objects.py).
     `model` may also be an engine that carries its tokenizer (`cluster.engine(...)`, `job.engine()`):
     the rollouts run on it, and it stays open."""
+    from rlfactory_nb.data.objects import RunObjects
     from rlfactory_nb.runtime import build_tools
-    from rlfactory_nb.train.objects import RunObjects
 
     cfg = cfg or RunConfig(name="eval")
     kept = (RunObjects.load(run_dir, trust_run_objects) if run_dir is not None else None) or RunObjects()
@@ -203,7 +203,7 @@ def evaluate_sync(model: Policy | str | Path, dataset: Any = None, cfg: RunConfi
 
 
 def _rows(dataset: Any, cfg: RunConfig, limit: int | None) -> list[dict[str, Any]]:
-    from rlfactory_nb.train.data import load_rows
+    from rlfactory_nb.data.rows import load_rows
 
     if dataset is None or isinstance(dataset, str):
         size = limit if limit is not None else cfg.data.eval_size

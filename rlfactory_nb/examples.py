@@ -47,7 +47,7 @@ class Example:
 
     def dataset(self, split: str = "train", n: int | None = None) -> list[dict[str, Any]]:
         """Rows of the config's `data.train` ("train") or `data.eval` ("eval"), at most `n`."""
-        from rlfactory_nb.train.data import load_rows
+        from rlfactory_nb.data.rows import load_rows
 
         if split not in ("train", "eval"):
             raise ValueError(f'split must be "train" or "eval", got {split!r}')

@@ -70,7 +70,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def tiny_policy():
     """The tiny-calculator preset (shipped built; built and cached only when its recipe changed)."""
-    from rlfactory_nb.policy import Policy
+    from rlfactory_nb.models.policy import Policy
 
     return Policy.load("tiny-calculator")
 

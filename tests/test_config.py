@@ -68,7 +68,7 @@ def test_configs_are_frozen():
 
 
 def test_documented_multi_gpu_command_resolves_to_four_workers_and_four_vllm_engines(capsys):
-    from rlfactory_nb.train.cli import main
+    from rlfactory_nb.cli.train import main
 
     overrides = ["cluster.num_gpus=8", "engine=vllm", "model=Qwen/Qwen3-4B", "cluster.strategy=fsdp"]
     assert main(["train", str(EXAMPLE), *overrides, "--dry-run"]) == 0

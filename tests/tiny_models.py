@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer
+from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer
 
 
 def random_qwen3(

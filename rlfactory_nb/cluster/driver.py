@@ -28,7 +28,7 @@ from typing import Any
 from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
 from rlfactory_nb.cluster.shipping import unstage
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.model_files import ModelDigest, local_model_digest, node_name
+from rlfactory_nb.models.files import ModelDigest, local_model_digest, node_name
 
 
 class ModelMismatch(RuntimeError):
@@ -48,8 +48,8 @@ class TrainingDriver:
     ):
         """Ray starts the driver in the shipped project folder (cluster/shipping.py), so the config's
         relative paths mean the launcher's files; `staged` maps the keys of files shipped from
-        outside it. `objects`: the kernel's reward, tools and rows, pickled (train/objects.py).
-        `expected_model`: the kernel's digest of `model.name` (model_files.py), checked before step 1."""
+        outside it. `objects`: the kernel's reward, tools and rows, pickled (data/objects.py).
+        `expected_model`: the kernel's digest of `model.name` (models/files.py), checked before step 1."""
         self.cfg = unstage(RunConfig.from_dict(config), staged or {})
         self.expected_model = ModelDigest.from_dict(expected_model) if expected_model else None
         self.folder = RunFolder(Path(self.cfg.run_dir))
@@ -88,8 +88,8 @@ class TrainingDriver:
     async def _run(self) -> None:
         import torch
 
+        from rlfactory_nb.data.objects import RunObjects
         from rlfactory_nb.train.loop import Trainer
-        from rlfactory_nb.train.objects import RunObjects
 
         torch.set_num_threads(max(1, self.num_threads))
         steps = self.cfg.grpo.steps

@@ -254,14 +254,14 @@ def _source(model: Any, kind: str, weights: Any) -> tuple[str | dict[str, Any], 
     from transformers import AutoTokenizer
 
     if isinstance(model, (str, Path)):
-        from rlfactory_nb.model_files import model_folder
-        from rlfactory_nb.train import lora
+        from rlfactory_nb.models import lora
+        from rlfactory_nb.models.files import model_folder
 
         name = str(model)
         path = Path(model_folder(name, log=lambda _: None))
         if not lora.is_adapter_folder(path):
             return name, AutoTokenizer.from_pretrained(str(path), trust_remote_code=False), weights
-        from rlfactory_nb.policy import Policy
+        from rlfactory_nb.models.policy import Policy
 
         model = Policy.load(path, device="cpu", log=lambda _: None)  # an adapter: merged here, sent as weights
     policy = model
@@ -275,8 +275,8 @@ def _source(model: Any, kind: str, weights: Any) -> tuple[str | dict[str, Any], 
 def _local_path(name: str) -> Path | str:
     """A preset name resolved on this node (built there on first use); a folder (its checkpoint
     digests checked, as `Policy.load` does) or a hub id as is."""
-    from rlfactory_nb.model_files import model_folder
-    from rlfactory_nb.train.checkpoint import verify_digests
+    from rlfactory_nb.models.checkpoint import verify_digests
+    from rlfactory_nb.models.files import model_folder
 
     folder = model_folder(name, log=lambda _: None)
     if isinstance(folder, Path):

@@ -1,7 +1,7 @@
 """`launch(cfg, cluster)` and `TrainingJob`: training runs on the cluster, the kernel stays free.
 
 `launch` checks what the config names (reward function, tools file, datasets) and the objects from the
-kernel (`reward=`, `tools=`, `train_data=`, `eval_data=`: train/objects.py), ships the user's files
+kernel (`reward=`, `tools=`, `train_data=`, `eval_data=`: data/objects.py), ships the user's files
 with the job (cluster/shipping.py), starts the driver actor (cluster/driver.py) and returns a
 TrainingJob at once. The job is a
 handle: every property is read when asked, from the actor while it lives and from `runs/<name>/`
@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlfactory_nb import presets
 from rlfactory_nb._views import view_of
 from rlfactory_nb.cluster.driver import TrainingDriver
 from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.model_files import local_model_digest, model_folder
+from rlfactory_nb.models import presets
+from rlfactory_nb.models.files import local_model_digest, model_folder
 from rlfactory_nb.types import Trajectory
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def launch(
     datasets.Dataset); they travel by value and stay in runs/<name>/code/, so a resume needs them
     only to change them. resume: continue runs/<name> from its latest checkpoint (its kept objects
     only when signed by this user, or with trust_run_objects; the config's reward and tools win
-    when it names others, train/objects.py). replace: delete
+    when it names others, data/objects.py). replace: delete
     runs/<name> first. num_cpus: CPUs the driver reserves (default cfg.cluster.cpus_per_worker; also
     its torch threads). linger_s: how long the driver stays answerable after the run ends.
     working_dir: the project folder shipped with the job (default: the working directory);
@@ -77,7 +77,7 @@ def launch(
     from rlfactory_nb.cluster.quiet import quiet_ray_logs
     from rlfactory_nb.cluster.shipment import shipment_summary
     from rlfactory_nb.cluster.shipping import runtime_env, upload
-    from rlfactory_nb.train.objects import RunObjects
+    from rlfactory_nb.data.objects import RunObjects
 
     objects = RunObjects.of(reward, tools, train_data, eval_data)
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
@@ -116,10 +116,10 @@ def _preflight(cfg: RunConfig, objects: Any) -> None:
     """Load what the config names (reward function, tools file, datasets) here, unless objects
     replace it, and check that the workers can import the modules it names, so that a mistake is
     raised in the notebook cell rather than inside the driver after it took its CPUs."""
+    from rlfactory_nb.data.rows import load_rows
     from rlfactory_nb.rewards.loading import load_reward
     from rlfactory_nb.tools.config import load_tools_config
     from rlfactory_nb.tools.python import load_function
-    from rlfactory_nb.train.data import load_rows
 
     if objects.reward is None:
         load_reward(cfg.reward.function, cfg.reward.args)
@@ -263,7 +263,7 @@ class TrainingJob:
         checkpoints = self.checkpoints
         if checkpoints:
             return AutoTokenizer.from_pretrained(str(checkpoints[-1]), trust_remote_code=False)
-        from rlfactory_nb.model_files import model_folder
+        from rlfactory_nb.models.files import model_folder
 
         model = self.folder.status().get("model") or "tiny-calculator"
         return AutoTokenizer.from_pretrained(str(model_folder(model)), trust_remote_code=False)
@@ -337,11 +337,11 @@ class TrainingJob:
         """A RolloutStepper on `job.engine(**options)`, with the run's tools, parser and limits;
         `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
         shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
-        objects even without this user's signature (train/objects.py)."""
+        objects even without this user's signature (data/objects.py)."""
+        from rlfactory_nb.data.objects import RunObjects
+        from rlfactory_nb.data.rows import load_rows
         from rlfactory_nb.rollout.agent import Agent
         from rlfactory_nb.runtime import build_tools
-        from rlfactory_nb.train.data import load_rows
-        from rlfactory_nb.train.objects import RunObjects
 
         cfg = self.config()
         objects = RunObjects.load(self.run_dir, trust_run_objects) or RunObjects()
@@ -355,7 +355,7 @@ class TrainingJob:
 
     def config(self) -> RunConfig:
         """The run's config: the driver's while it lives, else the one saved with the last checkpoint."""
-        from rlfactory_nb.train.checkpoint import RUN_CONFIG
+        from rlfactory_nb.models.checkpoint import RUN_CONFIG
 
         live = self._ask("run_config")
         if live is not None:

@@ -3,7 +3,7 @@ logs and checkpoints, whether the job is alive on Ray or finished long ago.
 
     runs/<name>/metrics.jsonl                  one row per step (train/metrics.py)
     runs/<name>/trajectories/step_XXXXXX.jsonl sampled rollouts of each step
-    runs/<name>/checkpoints/step_XXXXXX/       Hugging Face folders (train/checkpoint.py)
+    runs/<name>/checkpoints/step_XXXXXX/       Hugging Face folders (models/checkpoint.py)
     runs/<name>/job.json                       the driver's state: pending, running, stopping,
                                                finished, stopped, failed, killed; step; error
     runs/<name>/job.log                        the driver's stdout and stderr
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlfactory_nb.train.checkpoint import list_checkpoints
+from rlfactory_nb.models.checkpoint import list_checkpoints
 from rlfactory_nb.train.metrics import read_metrics
 
 JOB_FILE, LOG_FILE = "job.json", "job.log"

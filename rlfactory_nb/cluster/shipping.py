@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.model_files import NO_PRESET_BUILD
+from rlfactory_nb.models.files import NO_PRESET_BUILD
 
 SHIP_LIMIT_MB = 100
 EXCLUDES = [
@@ -55,8 +55,8 @@ EXCLUDES = [
     # ...except the presets rlfactory_nb ships built (5 MB): a job launched from a checkout of this
     # repository imports rlfactory_nb from its working_dir copy (first on PYTHONPATH), and would
     # otherwise find the preset without its weights
-    "!/rlfactory_nb/presets/built/*/*",
-    "!/presets/built/*/*",  # the same presets in a copy of the package itself (py_modules)
+    "!/rlfactory_nb/models/presets/built/*/*",
+    "!/models/presets/built/*/*",  # the same presets in a copy of the package itself (py_modules)
 ]
 STAGED_PREFIX = "rlfactory_nb_files_"
 

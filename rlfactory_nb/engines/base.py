@@ -164,7 +164,7 @@ class BroadcastReceiver(Protocol):
     """An engine whose own process joins the trainer's weight broadcast (traits.joins_broadcast)."""
 
     async def open_sync_group(self, address: Any, rank: int) -> None:
-        """Join the broadcast group at `address` (a `rlfactory_nb.train.weight_sync.GroupAddress`)."""
+        """Join the broadcast group at `address` (a `rlfactory_nb.engines.weight_sync.GroupAddress`)."""
         ...
 
     async def receive_weights(self, specs: list[Any]) -> None:

@@ -81,15 +81,15 @@ class WeightSyncExtension:
         return len(named_tensors)
 
     def rlfactory_open_group(self, host: str, port: int, rank: int, world_size: int) -> None:
-        """Join the trainer's weight-broadcast group (see rlfactory_nb.train.weight_sync)."""
-        from rlfactory_nb.train.weight_sync import GroupAddress, open_group
+        """Join the trainer's weight-broadcast group (see rlfactory_nb.engines.weight_sync)."""
+        from rlfactory_nb.engines.weight_sync import GroupAddress, open_group
 
         device = self.device  # type: ignore[attr-defined]
         self._rlfactory_group = open_group(GroupAddress(host, port, world_size), rank, device)
 
     def rlfactory_receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]]) -> int:
         """Load the weights broadcast by policy worker 0, tensor by tensor, in `specs` order."""
-        from rlfactory_nb.train.weight_sync import TensorSpec, receive
+        from rlfactory_nb.engines.weight_sync import TensorSpec, receive
 
         tensor_specs = [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in specs]
         received = receive(self._rlfactory_group, tensor_specs, self.device)  # type: ignore[attr-defined]

@@ -126,7 +126,7 @@ class RewardLab:
     def save_reward(self, path: str | Path, *names: str) -> Path:
         """Write `reward(*names)` to `path` (pickled by value, as launch sends it) with its source
         next to it (`path` with .py), for another kernel: `RewardLab.load_reward(path)`."""
-        from rlfactory_nb.train.objects import RunObjects, source_listing
+        from rlfactory_nb.data.objects import RunObjects, source_listing
 
         objects = RunObjects.of(reward=self.reward(*names))
         path = Path(path)
@@ -139,7 +139,7 @@ class RewardLab:
     def load_reward(path: str | Path, if_missing: Any = FileNotFoundError) -> Any:
         """What `save_reward` wrote (it runs the pickled code: load only files you trust); when there
         is no such file, `if_missing` (e.g. None: use the config's reward) unless it is the default."""
-        from rlfactory_nb.train.objects import RunObjects
+        from rlfactory_nb.data.objects import RunObjects
 
         if not Path(path).exists() and if_missing is not FileNotFoundError:
             return if_missing
@@ -225,7 +225,7 @@ class RewardLab:
 
 def _rows(dataset: Sequence[dict[str, Any]] | str) -> list[dict[str, Any]]:
     if isinstance(dataset, str):
-        from rlfactory_nb.train.data import load_rows
+        from rlfactory_nb.data.rows import load_rows
 
         return load_rows(dataset)
     return list(dataset)

@@ -10,7 +10,7 @@ import torch
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.config_schema import ConfigError
-from rlfactory_nb.policy import Policy
+from rlfactory_nb.models.policy import Policy
 
 
 def make_backend(
@@ -23,7 +23,7 @@ def make_backend(
     """The local backend (one process) or Ray workers, as cluster.backend says (see ClusterConfig);
     its engines start with weights `version` (the step the run starts from)."""
     if uses_ray(cfg):
-        from rlfactory_nb.train.workers import RayBackend
+        from rlfactory_nb.cluster.workers import RayBackend
 
         return RayBackend(cfg, policy, optimizer_state, reference, version)
     from rlfactory_nb.train.local import LocalBackend

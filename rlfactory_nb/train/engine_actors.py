@@ -1,7 +1,7 @@
 """Rollout engine actors on Ray: one hf or vLLM engine each, and `RayEngine`, the engine contract
 over all of them (requests round-robin, weight updates, sleep and wake to every actor).
 
-Used by `rlfactory_nb.train.workers.RayBackend`; see its docstring for the picture.
+Used by `rlfactory_nb.cluster.workers.RayBackend`; see its docstring for the picture.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.engines import Generation, SamplingParams, create_engine, engine_traits
-from rlfactory_nb.train import weight_sync
-from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
+from rlfactory_nb.engines import Generation, SamplingParams, create_engine, engine_traits, weight_sync
+from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec
 
 
 def cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -13,7 +13,7 @@ colocated, and the run stays synchronous (`rlfactory_nb.train.pipeline.effective
 
 A backend gives the loop four things: `engine` (where rollouts are generated), `update` (one step's
 policy update), `sync_weights` (push the trainer's weights to the engines) and the state a checkpoint
-stores (`checkpoint_model`, `optimizer_state`). `rlfactory_nb.train.workers.RayBackend` is the same
+stores (`checkpoint_model`, `optimizer_state`). `rlfactory_nb.cluster.workers.RayBackend` is the same
 contract over Ray actors.
 """
 

@@ -37,20 +37,20 @@ from tqdm.auto import tqdm
 from rlfactory_nb._async import maybe_await, run_sync
 from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.data.rows import PromptOrder, load_rows
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
-from rlfactory_nb.policy import Policy, resolve_device
+from rlfactory_nb.models import checkpoint as ckpt
+from rlfactory_nb.models.policy import Policy, resolve_device
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import ExtraTools, build_tools
-from rlfactory_nb.train import checkpoint as ckpt
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
-from rlfactory_nb.train.data import PromptOrder, load_rows
 from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics
-from rlfactory_nb.train.objects import RunObjects
 from rlfactory_nb.train.pipeline import (
     RolloutPipeline,
     check_versions,
@@ -93,7 +93,7 @@ class Trainer:
         objects: RunObjects | None = None,
         trust_run_objects: bool = False,
     ):
-        """`objects`: reward, tools and rows from the kernel (train/objects.py), used instead of what
+        """`objects`: reward, tools and rows from the kernel (data/objects.py), used instead of what
         the config names; None on resume: those the run folder kept, if any (signed by this user
         unless `trust_run_objects`; the config's reward and tools win when it names others)."""
         self.cfg = cfg
@@ -392,7 +392,7 @@ async def train(
     (a reward function or dict of them, `@rf.tool` functions or a ToolSet, rows or a
     datasets.Dataset); they are kept in the run folder, so `resume=True` needs them only to change them.
     trust_run_objects: on resume, load the folder's objects even without this user's signature
-    (train/objects.py: they run code; read code/reward.py first).
+    (data/objects.py: they run code; read code/reward.py first).
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)

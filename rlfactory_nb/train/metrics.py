@@ -45,7 +45,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlfactory_nb.train.data import DatasetError, bounded_lines, parse_json
+from rlfactory_nb.data.rows import DatasetError, bounded_lines, parse_json
 from rlfactory_nb.types import Trajectory
 
 METRICS_FILE = "metrics.jsonl"

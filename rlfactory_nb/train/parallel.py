@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 import torch
 
+from rlfactory_nb.models.precision import Precision, fsdp_policy
 from rlfactory_nb.train.logprobs import causal_lm
-from rlfactory_nb.train.precision import Precision, fsdp_policy
 
 Strategy = Literal["ddp", "fsdp"]
 
@@ -32,7 +32,7 @@ def wrap(
 ) -> torch.nn.Module:
     """The module to train: `module` itself (one rank), DDP around it, or `module` sharded in place.
     Under FSDP the float32 shards are gathered in the compute dtype and gradients reduced in float32
-    (`rlfactory_nb.train.precision`); DDP reduces the float32 gradients autocast leaves."""
+    (`rlfactory_nb.models.precision`); DDP reduces the float32 gradients autocast leaves."""
     if strategy == "fsdp":
         return _fully_shard(module, precision)
     if world_size == 1:

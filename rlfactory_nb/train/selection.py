@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from rlfactory_nb.algo.advantages import zero_variance_groups
+from rlfactory_nb.data.rows import PromptOrder, Row
 from rlfactory_nb.rewards.runner import RewardOutcome
-from rlfactory_nb.train.data import PromptOrder, Row
 from rlfactory_nb.train.metrics import StepTimer
 from rlfactory_nb.types import Trajectory
 

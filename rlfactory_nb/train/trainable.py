@@ -3,7 +3,7 @@
 Every backend (the local one, each DDP or FSDP policy worker) calls `TrainingSetup.prepare` on the
 model it holds, so all of them train the same thing:
 
-    master dtype   trained weights and AdamW state in float32 (`rlfactory_nb.train.precision`)
+    master dtype   trained weights and AdamW state in float32 (`rlfactory_nb.models.precision`)
     LoRA           with `model.lora`: the base frozen in the compute dtype, adapters in float32
     checkpointing  with `model.gradient_checkpointing`: each decoder layer's activations recomputed
                    in backward (transformers' non-reentrant checkpointing, which works under peft,
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.train import lora as lora_adapters
-from rlfactory_nb.train.precision import Precision, apply_dtypes, engine_state
+from rlfactory_nb.models import lora as lora_adapters
+from rlfactory_nb.models.precision import Precision, apply_dtypes, engine_state
 
 
 @dataclass(frozen=True)

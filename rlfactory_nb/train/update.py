@@ -18,7 +18,7 @@ each rank's rows are sorted by length and packed, never split, so that rows x lo
 within the budget (`token_budget_slices`); the weights above keep the accumulated gradient exact.
 
 The forward runs in the compute dtype under autocast over float32 master weights (see
-`rlfactory_nb.train.precision`), and log-probs and entropy come from `rlfactory_nb.train.logprobs`
+`rlfactory_nb.models.precision`), and log-probs and entropy come from `rlfactory_nb.train.logprobs`
 (chunked; no (rows, length, vocabulary) tensor) unless `logprob_chunk_tokens` is None.
 
 The old logprobs are the rollout engine's. With `truncate_ratio` set they are recomputed by the trainer
@@ -39,10 +39,10 @@ from torch import Tensor
 
 from rlfactory_nb.algo.losses import kl_penalty, masked_mean
 from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_reduction
+from rlfactory_nb.models.precision import FLOAT32, Precision, autocast
 from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_logprobs
 from rlfactory_nb.train.logprobs import chunked_token_stats, supports_chunking
 from rlfactory_nb.train.parallel import gradient_sync
-from rlfactory_nb.train.precision import FLOAT32, Precision, autocast
 from rlfactory_nb.train.schedule import LRSchedule
 
 

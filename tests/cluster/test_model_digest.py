@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rlfactory_nb import presets
 from rlfactory_nb.cluster import JobFailed, launch
 from rlfactory_nb.cluster import jobs as jobs_module
 from rlfactory_nb.cluster.shipping import runtime_env
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.model_files import (
+from rlfactory_nb.models import presets
+from rlfactory_nb.models.files import (
     NO_PRESET_BUILD,
     ModelDigest,
     ModelFilesError,
@@ -23,7 +23,7 @@ from rlfactory_nb.model_files import (
     model_digest,
     model_folder,
 )
-from rlfactory_nb.presets import shipped
+from rlfactory_nb.models.presets import shipped
 
 ROOT = Path(__file__).resolve().parents[2]
 

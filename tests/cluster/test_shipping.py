@@ -1,4 +1,4 @@
-"""The user's files and objects travel with a job (cluster/shipping.py, train/objects.py).
+"""The user's files and objects travel with a job (cluster/shipping.py, data/objects.py).
 
 Fast: how the runtime_env is built (relative paths, staged outside files, modules only the kernel can
 import) and what fails in the cell before anything starts. Slow: a job launched from a folder that is
@@ -19,7 +19,7 @@ import rlfactory_nb as rf
 from rlfactory_nb.cluster import launch
 from rlfactory_nb.cluster.shipping import ShippingError, runtime_env, unstage
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.train.objects import ObjectTransferError
+from rlfactory_nb.data.objects import ObjectTransferError
 
 ROOT = Path(__file__).resolve().parents[2]
 

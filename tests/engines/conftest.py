@@ -14,7 +14,7 @@ import torch
 from tiny_models import random_qwen3 as random_tiny_qwen3
 from transformers import Qwen3ForCausalLM
 
-from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 
 
 def tiny_qwen3(seed: int) -> Qwen3ForCausalLM:

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import pytest
 
+from rlfactory_nb.data.rows import DatasetError, load_rows
 from rlfactory_nb.recipes.deepsearch import (
     SYSTEM_PROMPT,
     Question,
@@ -25,7 +26,6 @@ from rlfactory_nb.recipes.deepsearch.convert import main as convert
 from rlfactory_nb.rewards.samples import make_sample
 from rlfactory_nb.tools import ToolSet
 from rlfactory_nb.tools.servers.search import BM25, load_corpus
-from rlfactory_nb.train.data import DatasetError, load_rows
 from rlfactory_nb.types import ParseError, Turn
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tiny_models import random_qwen3
 
-from rlfactory_nb.policy import Policy
-from rlfactory_nb.presets.tokenizer import build_tokenizer
-from rlfactory_nb.train import checkpoint as ckpt
+from rlfactory_nb.models import checkpoint as ckpt
+from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 
 
 def main(folder: str, mode: str) -> None:

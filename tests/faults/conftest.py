@@ -9,7 +9,7 @@ import pytest
 from tiny_models import random_qwen3, save_with_tokenizer, tiny_run_config
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent

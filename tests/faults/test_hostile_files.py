@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.config_schema import ConfigError
+from rlfactory_nb.data.rows import DatasetError, load_rows, read_records
 from rlfactory_nb.tools.config import load_tools_config
-from rlfactory_nb.train.data import DatasetError, load_rows, read_records
 from rlfactory_nb.train.metrics import METRICS_FILE, read_metrics
 
 pytestmark = pytest.mark.timeout(120)

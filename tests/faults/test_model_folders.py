@@ -10,8 +10,8 @@ import torch
 from tiny_models import random_qwen3
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.policy import MAX_ADAPTER_DEPTH, Policy, RemoteCodeError
-from rlfactory_nb.train.checkpoint import CheckpointError, save_checkpoint, verify_digests
+from rlfactory_nb.models.checkpoint import CheckpointError, save_checkpoint, verify_digests
+from rlfactory_nb.models.policy import MAX_ADAPTER_DEPTH, Policy, RemoteCodeError
 
 CUSTOM_CODE = """
 from pathlib import Path

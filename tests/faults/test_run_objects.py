@@ -10,10 +10,10 @@ import stat
 import pytest
 
 import rlfactory_nb as rf
+from rlfactory_nb.data import objects as run_objects
+from rlfactory_nb.data.objects import RunObjects, UntrustedRunObjects, trust_run_folder
 from rlfactory_nb.eval import evaluate
-from rlfactory_nb.train import objects as run_objects
 from rlfactory_nb.train.loop import Trainer, train
-from rlfactory_nb.train.objects import RunObjects, UntrustedRunObjects, trust_run_folder
 
 
 class RunsACommand:

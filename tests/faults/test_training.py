@@ -20,13 +20,13 @@ from tiny_models import adam_state, random_qwen3
 from rlfactory_nb.cli import main as cli_main
 from rlfactory_nb.cluster import launch
 from rlfactory_nb.config import ConfigError
-from rlfactory_nb.policy import Policy
+from rlfactory_nb.data.rows import DatasetError
+from rlfactory_nb.models import checkpoint as ckpt
+from rlfactory_nb.models.checkpoint import CheckpointError, list_checkpoints, load_latest, save_checkpoint
+from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.rewards import RewardRunner
 from rlfactory_nb.rewards.loading import RewardLoadError
-from rlfactory_nb.train import checkpoint as ckpt
 from rlfactory_nb.train import loop
-from rlfactory_nb.train.checkpoint import CheckpointError, list_checkpoints, load_latest, save_checkpoint
-from rlfactory_nb.train.data import DatasetError
 from rlfactory_nb.train.loop import StepFailed, Trainer, train
 from rlfactory_nb.train.metrics import read_metrics
 

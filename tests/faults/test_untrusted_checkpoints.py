@@ -9,9 +9,9 @@ import pytest
 import torch
 from tiny_models import random_qwen3
 
-from rlfactory_nb.policy import Policy
-from rlfactory_nb.train import checkpoint as ckpt
-from rlfactory_nb.train.checkpoint import CheckpointError, save_checkpoint, write_digests
+from rlfactory_nb.models import checkpoint as ckpt
+from rlfactory_nb.models.checkpoint import CheckpointError, save_checkpoint, write_digests
+from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train.loop import train
 
 

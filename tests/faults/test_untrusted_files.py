@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from rlfactory_nb.config import ConfigError, RunConfig
+from rlfactory_nb.engines import weight_sync
 from rlfactory_nb.tools.config import load_tools_config
-from rlfactory_nb.train import weight_sync
 from rlfactory_nb.types import Trajectory, load_jsonl, save_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ ray.shutdown()
     "start",
     [
         "from rlfactory_nb.cluster import Cluster; Cluster.connect(num_cpus=1, object_store_memory_gb=0.1)",
-        "from rlfactory_nb.config import ClusterConfig; from rlfactory_nb.train.workers import init_ray;"
+        "from rlfactory_nb.config import ClusterConfig; from rlfactory_nb.cluster.workers import init_ray;"
         + " init_ray(ClusterConfig(object_store_memory_gb=0.1))",
     ],
     ids=["Cluster.connect", "init_ray"],

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from rlfactory_nb.presets import calculator
+from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.tools import ToolSet
 
 EXAMPLE_TOOLS = Path(__file__).resolve().parents[2] / "examples" / "calculator" / "tools.yaml"

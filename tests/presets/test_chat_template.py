@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 
 from .conversations import CASES
 

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from rlfactory_nb import presets
 from rlfactory_nb.cli import main
-from rlfactory_nb.presets import shipped
-from rlfactory_nb.presets.shipped import Manifest, file_digests, shipped_folder
+from rlfactory_nb.models import presets
+from rlfactory_nb.models.presets import shipped
+from rlfactory_nb.models.presets.shipped import Manifest, file_digests, shipped_folder
 
 NAME = "tiny-calculator"
 REBUILD = f"rlfactory-nb preset build {NAME} --ship"
@@ -19,7 +19,7 @@ def test_shipped_preset_is_built_from_the_current_recipe():
     assert manifest is not None, f"no shipped {NAME} preset: run `{REBUILD}` and commit it"
     assert manifest.recipe_hash == presets.recipe_hash(), (
         f"the recipe changed (hash {presets.recipe_hash()}) but the shipped preset was built from "
-        f"{manifest.recipe_hash}: run `{REBUILD}` and commit rlfactory_nb/presets/built/"
+        f"{manifest.recipe_hash}: run `{REBUILD}` and commit rlfactory_nb/models/presets/built/"
     )
     assert manifest.recipe_version == presets.RECIPE_VERSION
 
@@ -46,7 +46,7 @@ def test_preset_path_returns_the_shipped_folder_without_building_or_writing(tmp_
 
 
 def test_loading_the_shipped_preset_writes_nothing(tmp_path, monkeypatch):
-    from rlfactory_nb.policy import Policy
+    from rlfactory_nb.models.policy import Policy
 
     monkeypatch.setenv("RLFACTORY_NB_CACHE", str(tmp_path))
     monkeypatch.setattr(presets, "build_tiny_calculator", refuse_to_build)
@@ -95,7 +95,7 @@ def test_a_job_launched_from_this_repository_ships_the_preset_weights():
     from rlfactory_nb.cluster.shipping import EXCLUDES
 
     excluded = PathSpec.from_lines("gitwildmatch", EXCLUDES).match_file
-    assert not excluded(f"rlfactory_nb/presets/built/{NAME}/model.safetensors")
+    assert not excluded(f"rlfactory_nb/models/presets/built/{NAME}/model.safetensors")
     assert excluded("checkpoints/step_000001/model.safetensors")
 
 

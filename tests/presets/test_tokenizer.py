@@ -1,6 +1,6 @@
 import tiktoken
 
-from rlfactory_nb.presets.tokenizer import QWEN_PATTERN, VOCAB_SIZE, build_tokenizer, qwen_bpe_ranks
+from rlfactory_nb.models.presets.tokenizer import QWEN_PATTERN, VOCAB_SIZE, build_tokenizer, qwen_bpe_ranks
 
 TEXTS = [
     "What is 123*456?",

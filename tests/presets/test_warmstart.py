@@ -4,9 +4,9 @@
 import torch
 from transformers import Qwen3ForCausalLM
 
-from rlfactory_nb.presets import calculator, tiny_config
-from rlfactory_nb.presets.tokenizer import build_tokenizer
-from rlfactory_nb.presets.warmstart import (
+from rlfactory_nb.models.presets import calculator, tiny_config
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets.warmstart import (
     WarmStartConfig,
     encode_conversation,
     make_examples,

@@ -7,7 +7,7 @@ import torch
 from rollout.scripted import ScriptedEngine  # tests/ is on sys.path (rootdir-relative packages)
 from widgets.conftest import CALL, add, scripted_agent
 
-from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rewards import exact_match, group_reward
 from rlfactory_nb.rewards.lab import LabWarnings, RewardLab
 from rlfactory_nb.tools import ToolSet

@@ -10,7 +10,7 @@ from tiny_models import random_qwen3, save_with_tokenizer
 from transformers import Qwen3Config, Qwen3ForSequenceClassification
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer
+from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer
 from rlfactory_nb.rewards import RewardLoadError, RewardRunner, make_sample, reward_model
 from rlfactory_nb.rewards.reward_model import RewardModelError
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlfactory_nb.presets import calculator
-from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets import calculator
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent, DriftError
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.rollout.seeds import SampleId

@@ -2,9 +2,9 @@
 
 import pytest
 
-from rlfactory_nb.presets import calculator
-from rlfactory_nb.presets.tokenizer import build_tokenizer
-from rlfactory_nb.presets.warmstart import encode_conversation
+from rlfactory_nb.models.presets import calculator
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets.warmstart import encode_conversation
 from rlfactory_nb.rollout.tokens import TemplateError, delta_text, drift_check, prompt_ids
 
 

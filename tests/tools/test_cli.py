@@ -2,7 +2,7 @@
 
 import json
 
-from rlfactory_nb.tools.cli import main
+from rlfactory_nb.cli.tools import main
 
 
 def test_list_prints_each_tool_with_its_parameters(repo_root, capsys):

@@ -5,10 +5,10 @@ import pytest
 import torch
 from tiny_models import adam_state
 
-from rlfactory_nb.policy import Policy
-from rlfactory_nb.presets.tokenizer import build_tokenizer
-from rlfactory_nb.train import checkpoint as ckpt
-from rlfactory_nb.train.checkpoint import list_checkpoints, load_latest, save_checkpoint
+from rlfactory_nb.models import checkpoint as ckpt
+from rlfactory_nb.models.checkpoint import list_checkpoints, load_latest, save_checkpoint
+from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.train.loop import train
 
 from .conftest import tiny_random_qwen3

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from rlfactory_nb.presets import calculator
-from rlfactory_nb.train.data import DatasetError, PromptOrder, load_rows
+from rlfactory_nb.data.rows import DatasetError, PromptOrder, load_rows
+from rlfactory_nb.models.presets import calculator
 
 
 def write_jsonl(path, records):

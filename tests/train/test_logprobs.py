@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from rlfactory_nb.algo.losses import masked_mean
+from rlfactory_nb.models.precision import Precision
 from rlfactory_nb.train.batch import first_trained_position
-from rlfactory_nb.train.precision import Precision
 from rlfactory_nb.train.update import UpdateSettings, token_stats
 
 from .conftest import tiny_random_qwen3

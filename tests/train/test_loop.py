@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rlfactory_nb.algo.registry import LossArgs
-from rlfactory_nb.policy import Policy
+from rlfactory_nb.cli.train import main as train_cli
+from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train.batch import TrainBatch, build_batch, token_logprobs
-from rlfactory_nb.train.cli import main as train_cli
 from rlfactory_nb.train.loop import Trainer, train
 from rlfactory_nb.train.metrics import STEP_KEYS, read_metrics
 from rlfactory_nb.train.update import UpdateSettings, micro_loss, policy_update

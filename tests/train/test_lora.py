@@ -5,12 +5,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlfactory_nb.config import ConfigError, LoraConfig
-from rlfactory_nb.policy import Policy
-from rlfactory_nb.train import lora
-from rlfactory_nb.train.checkpoint import CheckpointError, load_latest
-from rlfactory_nb.train.export import export
+from rlfactory_nb.models import lora
+from rlfactory_nb.models.checkpoint import CheckpointError, load_latest
+from rlfactory_nb.models.export import export
+from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.models.precision import Precision
 from rlfactory_nb.train.loop import Trainer
-from rlfactory_nb.train.precision import Precision
 from rlfactory_nb.train.trainable import TrainingSetup, is_adapted
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import rlfactory_nb as rf
-from rlfactory_nb.train.data import DatasetError
+from rlfactory_nb.data.objects import ObjectTransferError, RunObjects
+from rlfactory_nb.data.rows import DatasetError
 from rlfactory_nb.train.loop import Trainer, train
 from rlfactory_nb.train.metrics import read_metrics
-from rlfactory_nb.train.objects import ObjectTransferError, RunObjects
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = [{"prompt": f"What is {i}+{i}?", "ground_truth": str(2 * i)} for i in range(6)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlfactory_nb.train.weight_sync import free_port
+from rlfactory_nb.engines.weight_sync import free_port
 
 WORKER = Path(__file__).with_name("fsdp_resume_worker.py")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlfactory_nb.config import ConfigError, ModelConfig
+from rlfactory_nb.models.precision import Precision
 from rlfactory_nb.train.loop import Trainer
-from rlfactory_nb.train.precision import Precision
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 

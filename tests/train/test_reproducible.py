@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.policy import Policy
+from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train.loop import train
 from rlfactory_nb.train.metrics import read_metrics
 from rlfactory_nb.types import load_jsonl

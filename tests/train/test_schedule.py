@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlfactory_nb.config import ConfigError, GRPOConfig, RunConfig
-from rlfactory_nb.train.checkpoint import load_latest
+from rlfactory_nb.models.checkpoint import load_latest
 from rlfactory_nb.train.loop import train
 from rlfactory_nb.train.metrics import read_metrics
 from rlfactory_nb.train.schedule import DECAYS, LRSchedule
@@ -147,8 +147,8 @@ async def test_ray_policy_workers_follow_the_schedule(make_cfg, strategy):
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_policy_worker_follows_the_schedule_without_ray(make_cfg, strategy):
     """The class Ray runs as each rank, here as a one-rank gloo group in this process."""
-    from rlfactory_nb.train.weight_sync import free_port
-    from rlfactory_nb.train.workers import PolicyWorker
+    from rlfactory_nb.cluster.workers import PolicyWorker
+    from rlfactory_nb.engines.weight_sync import free_port
 
     cfg = make_cfg(
         grpo__steps=3, grpo__lr_schedule="cosine", grpo__warmup_steps=1, cluster__strategy=strategy

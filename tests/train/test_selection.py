@@ -6,8 +6,8 @@ import torch
 
 from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import ConfigError, RunConfig
+from rlfactory_nb.data.rows import PromptOrder
 from rlfactory_nb.train.batch import build_batch
-from rlfactory_nb.train.data import PromptOrder
 from rlfactory_nb.train.loop import Trainer, train
 from rlfactory_nb.train.metrics import read_metrics
 from rlfactory_nb.train.selection import without_truncated

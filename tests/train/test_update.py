@@ -6,8 +6,8 @@ import torch
 
 from rlfactory_nb.algo.losses import masked_mean
 from rlfactory_nb.algo.registry import LossArgs, get_loss, register_loss
+from rlfactory_nb.models.precision import Precision
 from rlfactory_nb.train import update
-from rlfactory_nb.train.precision import Precision
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, policy_update, token_budget_slices
 

@@ -165,7 +165,7 @@ async def test_a_lora_run_feeds_vllm_merged_weights_and_its_export_loads_in_vllm
     (W + scale * B @ A) at start and after every update; `rf.export` of the adapter checkpoint is a
     folder vLLM loads as it is, with the trained behaviour.
     Slow: vLLM on CPU starts twice (for the run, then for the exported model)."""
-    from rlfactory_nb.train.export import export
+    from rlfactory_nb.models.export import export
 
     cfg = vllm_config(vllm_model_dir, tmp_path).replace({"model.lora": {"rank": 8, "alpha": 16.0}})
     trainer = Trainer(cfg)

@@ -151,7 +151,7 @@ async def test_lora_on_two_workers_updates_like_one_process_and_engines_get_merg
 ):
     """Slow: a local Ray starts with two policy workers and engine actors."""
     ray = pytest.importorskip("ray")
-    from rlfactory_nb.train import lora
+    from rlfactory_nb.models import lora
 
     cfg = make_cfg(
         model__lora={"rank": 4, "alpha": 8.0},

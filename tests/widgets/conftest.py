@@ -3,7 +3,7 @@
 import pytest
 from rollout.scripted import ScriptedEngine  # tests/ is on sys.path (rootdir-relative packages)
 
-from rlfactory_nb.presets.tokenizer import build_tokenizer
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools import ToolSet
 

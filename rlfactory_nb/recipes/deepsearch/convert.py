@@ -15,8 +15,8 @@ import argparse
 import sys
 from collections import Counter
 
+from rlfactory_nb.data.rows import DatasetError
 from rlfactory_nb.recipes.deepsearch.data import LAYOUTS, read_questions, write_questions
-from rlfactory_nb.train.data import DatasetError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rlfactory_nb.data.rows import DatasetError, read_records
 from rlfactory_nb.recipes.deepsearch.prompt import SYSTEM_PROMPT, prompt_messages, question_from_messages
 from rlfactory_nb.rewards.functions import gold_answers
-from rlfactory_nb.train.data import DatasetError, read_records
 
 Layout = Literal["verl", "plain"]
 LAYOUTS: tuple[Layout, ...] = ("verl", "plain")

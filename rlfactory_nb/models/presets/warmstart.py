@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.presets import calculator
+from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
 from rlfactory_nb.types import Message
 

@@ -10,7 +10,7 @@ Weight sync, after each update (cluster.weight_sync):
     object_store  worker 0 puts its full state dict in the Ray object store once and every engine
                   reads it from there; the weights never pass through the controller. Works anywhere.
     broadcast     worker 0 broadcasts each tensor to the engines in a process group of their own
-                  (NCCL on GPU: device to device, once), see `rlfactory_nb.train.weight_sync`.
+                  (NCCL on GPU: device to device, once), see `rlfactory_nb.engines.weight_sync`.
 With cluster.colocate the engines sleep during the update (vLLM frees its weights and KV cache; an hf
 engine moves its model to host memory) and wake before the sync, so both can use the same GPUs.
 
@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.engines import engine_traits, stop_token_ids_from_tokenizer
-from rlfactory_nb.train import parallel, weight_sync
+from rlfactory_nb.engines import engine_traits, stop_token_ids_from_tokenizer, weight_sync
+from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec
+from rlfactory_nb.train import parallel
 from rlfactory_nb.train.batch import TrainBatch
 from rlfactory_nb.train.engine_actors import (
     EngineActor,
@@ -41,7 +42,6 @@ from rlfactory_nb.train.engine_actors import (
 )
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
-from rlfactory_nb.train.weight_sync import GroupAddress, TensorSpec
 
 
 def init_ray(cluster: Any) -> Any:

@@ -40,7 +40,7 @@ VOCAB_SIZE = NUM_BPE_RANKS + len(ADDED_TOKENS)
 
 
 def chat_template() -> str:
-    return resources.files("rlfactory_nb.presets").joinpath("qwen3_format.jinja").read_text(encoding="utf-8")
+    return resources.files("rlfactory_nb.models.presets").joinpath("qwen3_format.jinja").read_text(encoding="utf-8")
 
 
 def qwen_bpe_ranks(limit: int = NUM_BPE_RANKS) -> dict[bytes, int]:

@@ -2,7 +2,7 @@
 
 With `model.lora` set only the adapters (two rank-r matrices per adapted linear layer) are trained, so
 gradients and AdamW state shrink from the whole model to under 1% of it, and the frozen base can sit in
-the compute dtype (see `rlfactory_nb.train.precision`).
+the compute dtype (see `rlfactory_nb.models.precision`).
 
 - The KL reference is the same model with its adapters switched off (`AdaptersDisabled`), not a
   second copy of the base.

@@ -68,7 +68,7 @@ def node_name() -> str:
 def model_folder(name: str | Path, log: Callable[[str], None] = print) -> Path | str:
     """The folder `name` means here: a preset's (shipped, else cached, else built unless this node
     forbids it), a local folder as given, or a hub id unchanged (str)."""
-    from rlfactory_nb import presets
+    from rlfactory_nb.models import presets
 
     text = str(name)
     if text in presets.PRESETS:

@@ -28,7 +28,7 @@ def export(
     source: str | Path | Any, out: str | Path, dtype: str = "bfloat16", overwrite: bool = True
 ) -> Path:
     """Write `source` (a checkpoint folder, model name, or a loaded `Policy`) merged to `out`."""
-    from rlfactory_nb.policy import Policy
+    from rlfactory_nb.models.policy import Policy
 
     if dtype not in EXPORT_DTYPES:
         raise ValueError(f"export dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
@@ -48,7 +48,7 @@ def _plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """A transformers model with `model`'s weights (adapters merged) in `dtype`; `model` is untouched."""
     from transformers import AutoModelForCausalLM
 
-    from rlfactory_nb.train import lora
+    from rlfactory_nb.models import lora
     from rlfactory_nb.train.trainable import is_adapted
 
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}

@@ -48,9 +48,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.runtime import ExtraTools, extra_tools
 from rlfactory_nb.tools.config import ToolsFile
-from rlfactory_nb.train.data import Row, load_rows
 
 CODE_DIR = "code"
 PICKLE_FILE = "objects.pkl"
@@ -305,7 +305,7 @@ def _check_signature(folder: Path, data: bytes) -> None:
         f"refusing to load {folder / PICKLE_FILE}: {why}. Unpickling it would run the code it holds as you. "
         f"If you trust who wrote this run folder, read {folder / 'reward.py'} (and tools.py), then pass "
         "trust_run_objects=True (train, launch, evaluate, job.stepper) or sign the folder once with "
-        "rlfactory_nb.train.objects.trust_run_folder(run_dir); or delete objects.pkl to resume with what the "
+        "rlfactory_nb.data.objects.trust_run_folder(run_dir); or delete objects.pkl to resume with what the "
         "config names"
     )
 

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(command: str, argv: list[str] | None = None) -> int:
-    """`main` for one command whose name may be left out: the entries of `python -m rlfactory_nb.tools.cli`."""
+    """`main` for one command whose name may be left out: the entries of `python -m rlfactory_nb.cli.tools`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != [command]:
         argv.insert(0, command)
@@ -95,7 +95,7 @@ def add_train_parser(commands: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="print the resolved config and cluster layout, then exit without starting anything",
     )
-    train.set_defaults(handler=_deferred("rlfactory_nb.train.cli:run_train_command"))
+    train.set_defaults(handler=_deferred("rlfactory_nb.cli.train:run_train_command"))
     return train
 
 
@@ -129,7 +129,7 @@ def add_export_parser(commands: Any) -> argparse.ArgumentParser:
     export.add_argument(
         "--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"), help="weights dtype"
     )
-    export.set_defaults(handler=_deferred("rlfactory_nb.train.export:run_export_command"))
+    export.set_defaults(handler=_deferred("rlfactory_nb.models.export:run_export_command"))
     return export
 
 
@@ -161,7 +161,7 @@ def add_tools_parser(commands: Any) -> argparse.ArgumentParser:
     call.add_argument("arguments", nargs="?", default="{}", help="arguments as a JSON object (default {})")
     call.add_argument("--timeout-s", type=float, default=None, help="override the per-call timeout")
     call.add_argument("--json", action="store_true", help="print the whole ToolResult as JSON")
-    tools.set_defaults(handler=_deferred("rlfactory_nb.tools.cli:run_tools_command"))
+    tools.set_defaults(handler=_deferred("rlfactory_nb.cli.tools:run_tools_command"))
     return tools
 
 
@@ -196,9 +196,9 @@ def add_preset_parser(commands: Any) -> argparse.ArgumentParser:
     build.add_argument(
         "--ship",
         action="store_true",
-        help="then copy it into the package (rlfactory_nb/presets/built/) with its manifest, to commit",
+        help="then copy it into the package (rlfactory_nb/models/presets/built/) with its manifest, to commit",
     )
-    preset.set_defaults(handler=_deferred("rlfactory_nb.presets:run_preset_command"))
+    preset.set_defaults(handler=_deferred("rlfactory_nb.models.presets:run_preset_command"))
     return preset
 
 
@@ -233,6 +233,3 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     return run_demo(Path(args.out) if args.out else None)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

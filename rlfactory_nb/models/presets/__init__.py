@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from rlfactory_nb.model_files import ModelFilesError, forbid_preset_builds, node_name
-from rlfactory_nb.presets import calculator
-from rlfactory_nb.presets.shipped import ship, shipped_folder, unusable_because
-from rlfactory_nb.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
-from rlfactory_nb.presets.warmstart import WarmStartConfig, warm_start
+from rlfactory_nb.models.files import ModelFilesError, forbid_preset_builds, node_name
+from rlfactory_nb.models.presets import calculator
+from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
+from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
+from rlfactory_nb.models.presets.warmstart import WarmStartConfig, warm_start
 
 PRESETS = ("tiny-calculator",)
 RECIPE_VERSION = 3  # bump when the recipe changes in code (data, curriculum), not only in config

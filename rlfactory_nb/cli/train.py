@@ -1,6 +1,6 @@
 """`rlfactory-nb train CONFIG [key=value ...] [--resume]`: a training run from a shell.
 
-The parser lives in the main CLI (`rlfactory_nb/cli.py`), which imports this module only when `train`
+The parser lives in the main CLI (`rlfactory_nb/cli/__init__.py`), which imports this module only when `train`
 runs. Overrides are the config's dotted keys (`grpo.steps=5 cluster.num_workers=2`), validated like
 the file itself.
 """
@@ -16,8 +16,8 @@ from rlfactory_nb.config import RunConfig
 
 def run_train_command(args: argparse.Namespace) -> int:
     """Run a parsed `train` command; returns the exit status. ConfigError propagates to the main CLI."""
-    from rlfactory_nb.train.checkpoint import CheckpointError
-    from rlfactory_nb.train.data import DatasetError
+    from rlfactory_nb.data.rows import DatasetError
+    from rlfactory_nb.models.checkpoint import CheckpointError
     from rlfactory_nb.train.loop import train_sync
 
     cfg = RunConfig.from_yaml(args.config, overrides=args.overrides)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlfactory_nb.presets import calculator
+from rlfactory_nb.models.presets import calculator
 
 Row = dict[str, Any]
 

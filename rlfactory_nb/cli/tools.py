@@ -1,9 +1,9 @@
 """`rlfactory-nb tools list CONFIG` and `rlfactory-nb tools call CONFIG NAME '{"json": "args"}'`.
 
 For checking a tools config from a shell before a run: are the servers starting, what does the model
-see, what does a call return. The parser lives in the main CLI (`rlfactory_nb/cli.py`), which imports
+see, what does a call return. The parser lives in the main CLI (`rlfactory_nb/cli/__init__.py`), which imports
 this module only when a `tools` command runs; `main` runs it standalone
-(`python -m rlfactory_nb.tools.cli list examples/calculator/tools.yaml`).
+(`python -m rlfactory_nb.cli.tools list examples/calculator/tools.yaml`).
 """
 
 from __future__ import annotations

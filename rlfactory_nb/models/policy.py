@@ -21,10 +21,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from rlfactory_nb import presets
-from rlfactory_nb.model_files import model_folder
-from rlfactory_nb.train import lora
-from rlfactory_nb.train.checkpoint import CheckpointError, verify_digests
+from rlfactory_nb.models import lora, presets
+from rlfactory_nb.models.checkpoint import CheckpointError, verify_digests
+from rlfactory_nb.models.files import model_folder
 
 MAX_ADAPTER_DEPTH = 4
 """adapters over adapters a LoRA checkpoint may stack before its base (a loop would never end)"""
@@ -133,7 +132,7 @@ class Policy:
         if engine_traits(kind).loads == "objects":
             return create_engine(kind, (self.model, self.tokenizer), **options)
         if self.base_path is not None:  # an adapter folder: engines that load a folder need it merged
-            from rlfactory_nb.train.export import export
+            from rlfactory_nb.models.export import export
 
             return create_engine(kind, str(export(self, _merged_folder(self.path))), **options)
         return create_engine(kind, str(self.path), **options)
