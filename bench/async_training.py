@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rlfactory_nb as rf
 from bench._common import RESULTS_DIR, machine_line, markdown_table, section, write_csv, write_result
+from rlfactory_nb.train.metrics import read_metrics
 
 NAME = "async_training"
 EVAL_SIZE = 32
@@ -146,7 +147,7 @@ def train_once(args: argparse.Namespace, setting: str) -> list[dict[str, Any]]:
     started = time.time()
     result = rf.train_sync(cfg)
     print(f"setting {setting}: {result.step} steps in {(time.time() - started) / 60:.1f} min")
-    return table_rows(rf.read_metrics(result.run_dir), started, setting)
+    return table_rows(read_metrics(result.run_dir), started, setting)
 
 
 def write_plot(rows: list[dict[str, Any]], path: Path) -> bool:

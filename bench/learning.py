@@ -36,6 +36,7 @@ from bench._common import (
     write_csv,
     write_result,
 )
+from rlfactory_nb.train.metrics import read_metrics
 
 NAME = "learning"
 
@@ -277,7 +278,7 @@ def train_once(args: argparse.Namespace, dtype: str) -> tuple[list[dict[str, Any
     started = time.time()
     result = rf.train_sync(cfg)
     elapsed = time.time() - started
-    rows = table_rows(rf.read_metrics(result.run_dir), started, dtype)
+    rows = table_rows(read_metrics(result.run_dir), started, dtype)
     print(f"{dtype}: {result.step} steps in {elapsed / 60:.1f} min")
     return rows, summary(rows, result, cfg, elapsed)
 

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rlfactory_nb as rf
 from bench._common import machine_line, markdown_table, section, write_result
+from rlfactory_nb.train.metrics import read_metrics
 
 NAME = "learning_options"
 
@@ -80,7 +81,7 @@ def run_arm(name: str, overrides: dict[str, Any], args: argparse.Namespace) -> d
         if cfg.run_dir.exists():
             shutil.rmtree(cfg.run_dir)
         rf.train_sync(cfg)
-    return summarize(name, rf.read_metrics(cfg.run_dir))
+    return summarize(name, read_metrics(cfg.run_dir))
 
 
 def summarize(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

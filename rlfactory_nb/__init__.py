@@ -9,7 +9,10 @@ is here, inspectable from a notebook:
     agent = rf.Agent(policy, tools, parser="qwen3", max_turns=4, max_new_tokens=256)
     traj = await agent.rollout([{"role": "user", "content": "What is 123*456?"}])
 
-The names below are the public API; notebooks import nothing else.
+The names below are the public API; notebooks import nothing else. The parts a user reaches for
+less often live one level down: `rf.algo` (advantages, losses), `rf.engines` (SamplingParams,
+create_engine), `rf.parsing` (tool-call parsers), `rf.rewards` (built-in rewards, the runner, judges),
+`rf.tools` (ToolCache, MCP connections) and `rf.errors` (the whole exception tree).
 """
 
 import importlib
@@ -21,45 +24,31 @@ __version__ = "0.1.0"
 # cheap, which matters for every tool server started as `python -m rlfactory_nb.tools.servers.X`
 # (importing torch and transformers up front cost each one ~10 s here).
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["parsing", "rewards"], ""),
+    **dict.fromkeys(["algo", "engines", "errors", "parsing", "rewards", "tools"], ""),
+    # the errors a user meets most; the rest of the tree is rf.errors.X
     **dict.fromkeys(
-        ["group_advantages", "register_loss", "turn_advantages", "zero_variance_groups"], "algo"
+        ["RLFactoryError", "CheckpointError", "ConfigError", "DriftError", "EngineActorDied", "JobFailed",
+         "JudgeError", "RewardError", "StepFailed"],
+        "errors",
     ),
-    **dict.fromkeys(
-        ["ClusterConfig", "ConfigError", "DataConfig", "GRPOConfig", "LoraConfig", "ModelConfig",
-         "RewardConfig", "RolloutConfig", "RunConfig", "ToolsConfig"],
-        "config",
-    ),
-    **dict.fromkeys(["Generation", "SamplingParams", "create_engine"], "engines"),
-    **dict.fromkeys(["ParseResult", "get_parser"], "parsing"),
+    "RunConfig": "config",
+    **dict.fromkeys(["Sample", "Trajectory"], "types"),
+    "tool": "tools.python",
+    "ToolSet": "tools.toolset",
     "Policy": "models.policy",
     "export": "models.export",
-    **dict.fromkeys(["LLMJudge", "RewardOutcome", "RewardRunner", "group_reward", "load_reward"], "rewards"),
-    **dict.fromkeys(["Agent", "AgentSession"], "rollout.agent"),
+    "LLMJudge": "rewards.judge",
+    "RewardLab": "rewards.lab",
+    "Agent": "rollout.agent",
     "format_trajectory": "rollout.display",
-    "rollout_groups": "rollout.groups",
-    **dict.fromkeys(["ToolCache", "ToolSet", "tool"], "tools"),
     "build_tools": "runtime",
     # `train` itself is not exported: it would shadow the `rlfactory_nb.train` subpackage
-    **dict.fromkeys(["train_sync", "Trainer", "TrainResult"], "train.loop"),
-    **dict.fromkeys(["load_latest", "CheckpointError"], "models.checkpoint"),
-    "read_metrics": "train.metrics",
-    "Cluster": "cluster.ray_cluster",
-    **dict.fromkeys(["launch", "TrainingJob", "JobFailed"], "cluster.jobs"),
-    "RolloutStepper": "widgets.stepper",
-    "TrajectoryView": "widgets.trajectory",
-    "ToolSetView": "widgets.tools",
-    "RewardLab": "rewards.lab",
-    "TrainingDashboard": "widgets.dashboard",
-    "ClusterView": "widgets.cluster",
+    "train_sync": "train.loop",
     **dict.fromkeys(["evaluate", "evaluate_sync", "EvalReport"], "eval"),
-    **dict.fromkeys(["example", "Example"], "examples"),
-    "run_notebooks": "notebooks_run",
-    **dict.fromkeys(
-        ["Message", "ParseError", "Sample", "ToolCall", "ToolResult", "ToolSpec", "Trajectory", "Turn",
-         "load_jsonl", "save_jsonl"],
-        "types",
-    ),
+    "example": "examples",
+    "Cluster": "cluster.ray_cluster",
+    **dict.fromkeys(["launch", "TrainingJob"], "cluster.jobs"),
+    "RolloutStepper": "widgets.stepper",
 }
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy table is the single list of public names

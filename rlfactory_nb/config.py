@@ -388,3 +388,52 @@ def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str,
             raise ConfigError([f"override {item!r} must look like key.path=value (e.g. grpo.lr=1e-6)"])
         pairs.append((key.strip(), load_yaml(raw, f"override {item!r}") if raw.strip() else ""))
     return pairs
+
+
+# ---------------------------------------------------------------------- the paths a config names
+
+PATH_KEYS = ("output_dir", "model.name", "tools.config", "reward.function", "data.train", "data.eval")
+"""the keys whose value may name a local file or folder, in `config_paths`' order (tests/test_config_paths.py
+fails when a RunConfig field is added without saying whether it belongs here)"""
+
+
+@dataclass(frozen=True)
+class ConfigPath:
+    """One key of a RunConfig whose value names a local path."""
+
+    key: str
+    """the dotted config key, as overrides spell it"""
+    path: Path
+    """the path as the config writes it (a relative one is relative to the working directory)"""
+    kind: Literal["input", "output", "model"]
+    """"input": a file or folder the run reads (the tools file, a `file.py:function` reward, a dataset);
+    "output": the folder it writes (output_dir); "model": model.name, a folder only when one is there
+    (else a preset name or a hub id)"""
+    suffix: str = ""
+    """what follows the path in the value (a reward's `:function`), kept when the path is rewritten"""
+
+    def value(self, path: str | Path) -> str:
+        """The key's value with `path` in place of this one (for `cfg.replace({key: ...})`)."""
+        return f"{path}{self.suffix}"
+
+
+def config_paths(cfg: RunConfig) -> list[ConfigPath]:
+    """Every key of `cfg` whose value names a local path: the one list that `rf.example` (resolving),
+    `launch` (making them absolute) and cluster/shipping.py (shipping) read. Values that name none are
+    left out: no tools file, a `module:function` reward, a `synthetic:` dataset.
+
+    >>> cfg = RunConfig(name="x", reward=RewardConfig(function="my/reward.py:score"))
+    >>> [(p.key, str(p.path), p.kind, p.suffix) for p in config_paths(cfg)][:3]
+    [('output_dir', 'runs', 'output', ''), ('model.name', 'tiny-calculator', 'model', ''), ('reward.function', 'my/reward.py', 'input', ':score')]
+    """
+    found = [ConfigPath("output_dir", Path(cfg.output_dir), "output"), ConfigPath("model.name", Path(cfg.model.name), "model")]
+    if cfg.tools.config is not None:
+        found.append(ConfigPath("tools.config", Path(cfg.tools.config), "input"))
+    module, _, function = cfg.reward.function.rpartition(":")
+    if module.endswith(".py"):
+        found.append(ConfigPath("reward.function", Path(module), "input", f":{function}"))
+    for key in ("train", "eval"):
+        source = getattr(cfg.data, key)
+        if not source.startswith("synthetic:"):
+            found.append(ConfigPath(f"data.{key}", Path(source), "input"))
+    return found

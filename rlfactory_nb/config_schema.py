@@ -29,19 +29,12 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 
+from rlfactory_nb.errors import ConfigError
+
 T = TypeVar("T")
 
 MAX_YAML_NODES = 100_000
 """values a YAML document may hold once its aliases are expanded (real configs hold a few hundred)"""
-
-
-class ConfigError(ValueError):
-    """One or more problems in a config, each naming its key path and the fix."""
-
-    def __init__(self, problems: list[str], source: str = ""):
-        self.problems = problems
-        where = f" in {source}" if source else ""
-        super().__init__(f"invalid config{where}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ reports side by side. `rlfactory-nb eval CONFIG --model PATH` is the same from a
 from __future__ import annotations
 
 import argparse
+import functools
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,11 +21,17 @@ from typing import TYPE_CHECKING, Any
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.engines.base import Engine
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
+from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.tools.extra import ExtraTools
+from rlfactory_nb.train.metrics import reward_metrics, rollout_metrics
 from rlfactory_nb.types import Sample, Trajectory
 
 if TYPE_CHECKING:
@@ -124,7 +131,7 @@ HeldOut = dict[str, tuple[list[Trajectory], list[RewardOutcome]]]
 
 
 async def held_out_rollouts(
-    cfg: RunConfig, agent_at: Callable[[float], Agent], rows: Sequence[dict[str, Any]], reward: RewardRunner
+    cfg: RunConfig, agent_at: Callable[[float], Agent], rows: Sequence[Row], reward: RewardRunner
 ) -> HeldOut:
     """The held-out pass `rf.evaluate` and `Trainer.evaluate` share: one rollout per prompt at the
     run's temperature ("sampled") and one greedy, by `agent_at(temperature)`, scored by `reward`."""
@@ -139,8 +146,6 @@ async def held_out_rollouts(
 
 def held_out_metrics(results: HeldOut) -> dict[str, float]:
     """`eval/{mode}_reward/...` and `eval/{mode}/...` rows for the training metrics."""
-    from rlfactory_nb.train.metrics import reward_metrics, rollout_metrics
-
     metrics: dict[str, float] = {}
     for mode, (trajectories, outcomes) in results.items():
         metrics.update(reward_metrics([o.score for o in outcomes], [], prefix=f"eval/{mode}_reward"))
@@ -155,8 +160,8 @@ async def evaluate(
     *,
     label: str | None = None,
     limit: int | None = None,
-    reward: Any = None,
-    tools: Any = None,
+    reward: RewardFunction | Mapping[str, RewardFunction] | None = None,
+    tools: ExtraTools | None = None,
     run_dir: str | Path | None = None,
     trust_run_objects: bool = False,
 ) -> EvalReport:
@@ -167,44 +172,37 @@ async def evaluate(
     when signed by this user, or with `trust_run_objects`: data/objects.py).
     `model` may also be an engine that carries its tokenizer (`cluster.engine(...)`, `job.engine()`):
     the rollouts run on it, and it stays open."""
-    from rlfactory_nb.data.objects import RunObjects
-    from rlfactory_nb.runtime import build_tools
-
     cfg = cfg or RunConfig(name="eval")
     kept = (RunObjects.load(run_dir, trust_run_objects) if run_dir is not None else None) or RunObjects()
+    objects = RunObjects.of(reward, tools).filled_from(kept)
     given = model if isinstance(model, Engine) else None
-    policy = given or (model if isinstance(model, Policy) else Policy.load(
+    policy = None if given is not None else model if isinstance(model, Policy) else Policy.load(
         model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None,
         trust_remote_code=cfg.model.trust_remote_code,
-    ))
+    )
     rows = _rows(dataset if dataset is not None else kept.eval_data, cfg, limit)
-    runner = RewardRunner.from_config(cfg.reward, reward if reward is not None else kept.reward)
-    toolset = build_tools(cfg, tools if tools is not None else kept.tools)
-    if toolset is not None:
-        await toolset.start()
-    engine = given or policy.engine(cfg.model.engine, seed=cfg.grpo.seed)
+    runtime = Runtime.from_config(cfg, objects, policy, engine=given)  # a given engine brings its tokenizer
+    runner = runtime.reward  # the reward and the tools file fail before an engine starts
+    await runtime.start()
+    engine = runtime.use(given or policy.engine(cfg.model.engine, seed=cfg.grpo.seed)).engine
     try:
-        def agent_at(temperature: float) -> Agent:  # an engine given stands for the policy: its tokenizer
-            return Agent.from_config(cfg, policy, toolset, engine=engine, temperature=temperature, drift="off")
-
-        results = await held_out_rollouts(cfg, agent_at, rows, runner)
+        results = await held_out_rollouts(cfg, functools.partial(runtime.agent, drift="off"), rows, runner)
     finally:
         if given is None:
             await engine.close()
-        if toolset is not None:
-            await toolset.stop()
+        await runtime.close()
     trajectories = {mode: trajs for mode, (trajs, _) in results.items()}
     scores = {mode: [o.score for o in outcomes] for mode, (_, outcomes) in results.items()}
     return _report(label or _label(model), rows, trajectories, scores)
 
 
-def evaluate_sync(model: Policy | str | Path, dataset: Any = None, cfg: RunConfig | None = None, **options: Any) -> EvalReport:
+def evaluate_sync(
+    model: Policy | str | Path | Engine, dataset: Any = None, cfg: RunConfig | None = None, **options: Any
+) -> EvalReport:
     return run_sync(evaluate(model, dataset, cfg, **options))
 
 
-def _rows(dataset: Any, cfg: RunConfig, limit: int | None) -> list[dict[str, Any]]:
-    from rlfactory_nb.data.rows import load_rows
-
+def _rows(dataset: Any, cfg: RunConfig, limit: int | None) -> list[Row]:
     if dataset is None or isinstance(dataset, str):
         size = limit if limit is not None else cfg.data.eval_size
         return load_rows(dataset or cfg.data.eval, size)

@@ -13,9 +13,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config import RunConfig, config_paths
+from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.runtime import Runtime, build_tools
+from rlfactory_nb.tools.toolset import ToolSet
+
+if TYPE_CHECKING:
+    from rlfactory_nb.engines.base import Engine
+    from rlfactory_nb.models.policy import Policy
 
 CONFIG_FILE = "config.yaml"
 
@@ -31,37 +38,42 @@ class Example:
         return self.root / "examples" / self.name
 
     def config(self, overrides: Mapping[str, Any] | list[str] | None = None) -> RunConfig:
-        """The example's run config with `overrides`; relative paths resolved against the project,
-        runs written to <project>/runs unless output_dir is given."""
+        """The example's run config with `overrides`; relative paths (`config_paths`: the tools file,
+        a `file.py` reward, datasets, output_dir; not a model name) resolved against the project, so
+        runs are written to <project>/runs unless output_dir is given."""
         cfg = RunConfig.from_yaml(self.folder / CONFIG_FILE, overrides=overrides)
-        resolved: dict[str, Any] = {}
-        if not Path(cfg.output_dir).is_absolute():
-            resolved["output_dir"] = str(self.root / cfg.output_dir)
-        if cfg.tools.config is not None and not Path(cfg.tools.config).is_absolute():
-            resolved["tools.config"] = str(self.root / cfg.tools.config)
-        for key in ("train", "eval"):
-            source = getattr(cfg.data, key)
-            if not source.startswith("synthetic:") and not Path(source).is_absolute():
-                resolved[f"data.{key}"] = str(self.root / source)
+        resolved = {
+            named.key: named.value(self.root / named.path)
+            for named in config_paths(cfg)
+            if named.kind != "model" and not named.path.is_absolute()
+        }
         return cfg.replace(resolved) if resolved else cfg
 
-    def dataset(self, split: str = "train", n: int | None = None) -> list[dict[str, Any]]:
-        """Rows of the config's `data.train` ("train") or `data.eval` ("eval"), at most `n`."""
-        from rlfactory_nb.data.rows import load_rows
+    def runtime(
+        self,
+        policy: Policy | Engine | None = None,
+        *,
+        engine: Engine | None = None,
+        overrides: Mapping[str, Any] | list[str] | None = None,
+    ) -> Runtime:
+        """The example's tools, reward and Agent, built as training builds them (`Runtime.from_config`
+        over `config(overrides)`); tools not started: `await runtime.start()`."""
+        return Runtime.from_config(self.config(overrides), None, policy, engine=engine)
 
+    def dataset(self, split: str = "train", n: int | None = None) -> list[Row]:
+        """Rows of the config's `data.train` ("train") or `data.eval` ("eval"), at most `n`."""
         if split not in ("train", "eval"):
             raise ValueError(f'split must be "train" or "eval", got {split!r}')
         cfg = self.config()
         return load_rows(getattr(cfg.data, split), n)
 
-    def tools(self, **settings: Any) -> Any:
-        """The example's ToolSet (not started: `await tools.start()`)."""
-        from rlfactory_nb.tools import ToolSet
-
-        path = self.config().tools.config
-        if path is None:
+    def tools(self, **settings: Any) -> ToolSet:
+        """The example's ToolSet as a run of its config has it (the tools file's settings, then the
+        config's `tools.*` keys: `build_tools`), `settings` over both; not started: `await tools.start()`."""
+        tools = build_tools(self.config(), **settings)
+        if tools is None:
             raise ValueError(f"example {self.name!r} has no tools (tools.config is null in its config)")
-        return ToolSet.from_config(path, **settings)
+        return tools
 
 
 def project_roots() -> list[Path]:

@@ -36,6 +36,7 @@ _MODEL_REFERENCE = re.compile(r"IPY_MODEL_([0-9a-f]+)")
 
 
 def notebooks_dir() -> Path:
+    # deferred: examples load the runtime (torch); running notebooks needs neither
     from rlfactory_nb.examples import find_project
 
     return find_project(f"notebooks/{NOTEBOOKS[0]}") / "notebooks"

@@ -72,8 +72,10 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
-class ParseError:
-    """A tool-call block the parser could not turn into a ToolCall; the model is told about it."""
+class MalformedCall:
+    """A tool-call block the parser could not turn into a ToolCall; the model is told about it.
+
+    A record of the model's mistake, kept in `Turn.parse_errors` beside `Turn.calls`: never raised."""
 
     message: str
     raw: str = ""
@@ -104,7 +106,7 @@ class Turn:
     num_tokens: int = 0
     calls: list[ToolCall] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
-    parse_errors: list[ParseError] = field(default_factory=list)
+    parse_errors: list[MalformedCall] = field(default_factory=list)
     finish_reason: str = "stop"
     generate_s: float = 0.0
     tools_s: float = 0.0
@@ -162,7 +164,7 @@ class Trajectory:
                     **turn,
                     "calls": [ToolCall(**c) for c in turn.get("calls", [])],
                     "results": [ToolResult(**r) for r in turn.get("results", [])],
-                    "parse_errors": [ParseError(**e) for e in turn.get("parse_errors", [])],
+                    "parse_errors": [MalformedCall(**e) for e in turn.get("parse_errors", [])],
                 }
             )
             for turn in data.get("turns", [])

@@ -24,3 +24,19 @@ def test_unknown_example_lists_the_known_ones(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="available: .*calculator"):
         example("weather")
+
+
+def test_tools_and_runtime_follow_the_configs_tool_settings(monkeypatch):
+    """`ex.tools()` is the run's ToolSet: the tools file's settings, then the config's `tools.*` keys."""
+    monkeypatch.chdir(ROOT / "notebooks")
+    ex = example("calculator")
+    assert ex.tools().settings == ex.runtime().tools.settings
+    assert ex.tools(max_result_chars=77).settings.max_result_chars == 77
+    assert ex.runtime(overrides={"tools.max_result_chars": 55}).tools.settings.max_result_chars == 55
+
+
+def test_relative_paths_of_every_path_key_are_resolved(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cfg = example("calculator").config({"reward.function": "examples/calculator/mine.py:score", "data.eval": "d/eval.jsonl"})
+    assert cfg.reward.function == f"{ROOT}/examples/calculator/mine.py:score" and cfg.data.eval == str(ROOT / "d/eval.jsonl")
+    assert cfg.model.name == "tiny-calculator" and cfg.data.train == "synthetic:calculator"

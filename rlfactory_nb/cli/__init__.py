@@ -229,6 +229,7 @@ def _print_config(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    # deferred: the CLI imports no torch until a command needs it (tests/test_cli_imports.py)
     from rlfactory_nb.demo import run_demo
 
     return run_demo(Path(args.out) if args.out else None)

@@ -16,6 +16,7 @@ from rlfactory_nb.config import RunConfig
 
 def run_train_command(args: argparse.Namespace) -> int:
     """Run a parsed `train` command; returns the exit status. ConfigError propagates to the main CLI."""
+    # deferred: the CLI imports no torch until a command needs it (tests/test_cli_imports.py)
     from rlfactory_nb.data.rows import DatasetError
     from rlfactory_nb.models.checkpoint import CheckpointError
     from rlfactory_nb.train.loop import train_sync

@@ -23,16 +23,22 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
 from rlfactory_nb.cluster.shipping import unstage
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.errors import ModelMismatch
 from rlfactory_nb.models.files import ModelDigest, local_model_digest, node_name
 
+if TYPE_CHECKING:  # annotations only: the driver's module loads before torch is needed
+    import torch
 
-class ModelMismatch(RuntimeError):
-    """The driver's node resolves the run's model to other files than the kernel did."""
+    from rlfactory_nb.engines.base import Engine
+    from rlfactory_nb.train.backends import Backend
+    from rlfactory_nb.train.batch import TrainBatch
+    from rlfactory_nb.train.loop import Trainer
 
 
 class TrainingDriver:
@@ -59,7 +65,7 @@ class TrainingDriver:
         self.num_threads = num_threads
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._trainer: Any = None
+        self._trainer: Trainer | None = None
         self._weights_ready = asyncio.Event()
         """set once the trainer holds its model (or the run ended before it could)"""
         self._capture_output()
@@ -88,8 +94,7 @@ class TrainingDriver:
     async def _run(self) -> None:
         import torch
 
-        from rlfactory_nb.data.objects import RunObjects
-        from rlfactory_nb.train.loop import Trainer
+        from rlfactory_nb.train.loop import Trainer  # torch and the trainer load in the actor only
 
         torch.set_num_threads(max(1, self.num_threads))
         steps = self.cfg.grpo.steps
@@ -138,7 +143,7 @@ class TrainingDriver:
                 "package version on every node, or put the model folder on storage they all mount"
             )
 
-    async def _checkpoint_stopped(self, trainer: Any) -> None:
+    async def _checkpoint_stopped(self, trainer: Trainer) -> None:
         latest = trainer.last_checkpoint
         if trainer.step > 0 and (latest is None or not str(latest).endswith(f"{trainer.step:06d}")):
             await trainer.save_checkpoint()
@@ -185,7 +190,9 @@ class TrainingDriver:
         Waits for a policy update in flight to finish, then holds the next one for the copy."""
         import ray
 
-        from rlfactory_nb.train.engine_actors import policy_files
+        # deferred: torch loads in the driver actor only
+        from rlfactory_nb.cluster.engine_actor import engine_args, run_engine_start
+        from rlfactory_nb.engines.build import cpu_state
 
         await self._weights_ready.wait()
         trainer = self._trainer
@@ -195,36 +202,53 @@ class TrainingDriver:
         async with guard.lock:
             started = time.perf_counter()
             model = await guard.checkpoint_model()
-            state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-            weights = ray.put(trainer.setup.engine_weights(state))
+            weights = ray.put(trainer.setup.engine_weights(cpu_state(model)))
             copy_s = time.perf_counter() - started
             version = max(guard.version, trainer.step)
-        files = policy_files(self.cfg, trainer.policy, trainer.setup.precision.compute)
+        start = run_engine_start(self.cfg, trainer.policy, trainer.setup.precision.compute, 0, version)
         print(f"driver: weights of step {version} copied for a kernel's engine in {copy_s:.3f} s", flush=True)
         return {
             "weights": [weights],  # in a list, so Ray hands the kernel the reference, not the tensors
             "version": version,
-            "source": {key: files[key] for key in ("config", "tokenizer", "dtype", "path")},
+            "source": start.source,  # a Snapshot: the weights travel beside it
             "kind": self.cfg.model.engine,
-            "engine_args": files["engine_args"],
+            "engine_args": engine_args(self.cfg),
             "copy_s": copy_s,
         }
 
 
 class GuardedBackend:
     """The trainer's backend with a lock over each policy update, and the step of the last one
-    (`version`), so `TrainingDriver.snapshot` copies whole steps; everything else passes through."""
+    (`version`), so `TrainingDriver.snapshot` copies whole steps; the rest of the `Backend`
+    contract is the backend's own."""
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Backend):
         self._backend = backend
+        self.policy = backend.policy
         self.lock = asyncio.Lock()
         self.version = 0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
+    @property
+    def engine(self) -> Engine:
+        return self._backend.engine
 
-    async def update(self, batch: Any, step: int) -> dict[str, float]:
+    async def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
         async with self.lock:
             metrics = await self._backend.update(batch, step)
             self.version = step
         return metrics
+
+    async def sync_weights(self, version: int | None = None) -> None:
+        await self._backend.sync_weights(version)
+
+    async def checkpoint_model(self) -> torch.nn.Module:
+        return await self._backend.checkpoint_model()
+
+    async def optimizer_state(self) -> dict[str, Any]:
+        return await self._backend.optimizer_state()
+
+    def actors(self) -> dict[str, Any]:
+        return self._backend.actors()
+
+    async def close(self) -> None:
+        await self._backend.close()

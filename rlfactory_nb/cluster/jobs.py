@@ -1,7 +1,7 @@
 """`launch(cfg, cluster)` and `TrainingJob`: training runs on the cluster, the kernel stays free.
 
-`launch` checks what the config names (reward function, tools file, datasets) and the objects from the
-kernel (`reward=`, `tools=`, `train_data=`, `eval_data=`: data/objects.py), ships the user's files
+`launch` checks what the config names (reward function, tools file, datasets: cluster/preflight.py)
+and the objects from the kernel (`reward=`, `tools=`, `train_data=`, `eval_data=`: data/objects.py), ships the user's files
 with the job (cluster/shipping.py), starts the driver actor (cluster/driver.py) and returns a
 TrainingJob at once. The job is a
 handle: every property is read when asked, from the actor while it lives and from `runs/<name>/`
@@ -13,17 +13,29 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb._views import view_of
 from rlfactory_nb.cluster.driver import TrainingDriver
+from rlfactory_nb.cluster.engines import start_engine
+from rlfactory_nb.cluster.preflight import absolute_paths, check_named
+from rlfactory_nb.cluster.quiet import quiet_ray_logs
 from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
+from rlfactory_nb.cluster.shipment import shipment_summary
+from rlfactory_nb.cluster.shipping import runtime_env, upload
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.models import presets
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.data.rows import Row
+from rlfactory_nb.errors import JobExistsError, JobFailed
+from rlfactory_nb.models.checkpoint import RUN_CONFIG
 from rlfactory_nb.models.files import local_model_digest, model_folder
-from rlfactory_nb.types import Trajectory
+from rlfactory_nb.rewards.values import RewardFunction
+from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.tools.extra import ExtraTools
+from rlfactory_nb.types import Message, Trajectory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,20 +47,12 @@ SNAPSHOT_TIMEOUT_S = 600.0
 load its model, and for the policy update in flight to end)"""
 
 
-class JobFailed(RuntimeError):
-    """The training driver raised; the message holds its traceback (also in job.logs())."""
-
-
-class JobExistsError(RuntimeError):
-    """A job of that name is still running on the cluster."""
-
-
 def launch(
     cfg: RunConfig,
     cluster: Cluster | None = None,
     *,
-    reward: Any = None,
-    tools: Any = None,
+    reward: RewardFunction | Mapping[str, RewardFunction] | None = None,
+    tools: ExtraTools | None = None,
     train_data: Any = None,
     eval_data: Any = None,
     resume: bool = False,
@@ -74,15 +78,10 @@ def launch(
     """
     import ray
 
-    from rlfactory_nb.cluster.quiet import quiet_ray_logs
-    from rlfactory_nb.cluster.shipment import shipment_summary
-    from rlfactory_nb.cluster.shipping import runtime_env, upload
-    from rlfactory_nb.data.objects import RunObjects
-
     objects = RunObjects.of(reward, tools, train_data, eval_data)
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
-    _preflight(cfg, objects)
-    cfg = _absolute(cfg)
+    check_named(cfg, objects)
+    cfg = absolute_paths(cfg)
     expected = local_model_digest(cfg.model.name)  # what the kernel inspects; the driver must train it
     cluster = cluster or Cluster.connect(cfg.cluster.address)
     env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
@@ -110,38 +109,6 @@ def launch(
         )
     )
     return TrainingJob(cfg.name, folder.path, actor, cluster, shipped=shipment_summary(env, staged))
-
-
-def _preflight(cfg: RunConfig, objects: Any) -> None:
-    """Load what the config names (reward function, tools file, datasets) here, unless objects
-    replace it, and check that the workers can import the modules it names, so that a mistake is
-    raised in the notebook cell rather than inside the driver after it took its CPUs."""
-    from rlfactory_nb.data.rows import load_rows
-    from rlfactory_nb.rewards.loading import load_reward
-    from rlfactory_nb.tools.config import load_tools_config
-    from rlfactory_nb.tools.python import load_function
-
-    if objects.reward is None:
-        load_reward(cfg.reward.function, cfg.reward.args)
-    if cfg.tools.config is not None:
-        for function in load_tools_config(cfg.tools.config).functions:
-            if isinstance(function.target, str):
-                load_function(function.target)
-    if objects.train_data is None:
-        load_rows(cfg.data.train, 1)
-    if cfg.grpo.eval_every and objects.eval_data is None:
-        load_rows(cfg.data.eval, 1)
-
-
-def _absolute(cfg: RunConfig) -> RunConfig:
-    """Paths the driver must find whatever its working directory: the run folder and the tools file."""
-    overrides: dict[str, Any] = {"output_dir": str(Path(cfg.output_dir).resolve())}
-    if cfg.tools.config is not None and Path(cfg.tools.config).exists():
-        overrides["tools.config"] = str(Path(cfg.tools.config).resolve())
-    folder = model_folder(cfg.model.name, log=lambda _: None)
-    if isinstance(folder, Path) and cfg.model.name not in presets.PRESETS:
-        overrides["model.name"] = str(folder.resolve())  # weights never travel with the project folder
-    return cfg.replace(overrides)
 
 
 def _retire_previous(name: str, folder: RunFolder) -> None:
@@ -263,8 +230,6 @@ class TrainingJob:
         checkpoints = self.checkpoints
         if checkpoints:
             return AutoTokenizer.from_pretrained(str(checkpoints[-1]), trust_remote_code=False)
-        from rlfactory_nb.models.files import model_folder
-
         model = self.folder.status().get("model") or "tiny-calculator"
         return AutoTokenizer.from_pretrained(str(model_folder(model)), trust_remote_code=False)
 
@@ -311,7 +276,6 @@ class TrainingJob:
         the copy (docs/decisions.md has the figure) and the engine keeps these weights while the job
         moves on; ask again for newer ones. `kind`: the job's engine kind unless given; `options` as
         for `cluster.engine`."""
-        from rlfactory_nb.cluster.engines import start_engine
 
         self._need_ray("job.engine()")
         snapshot = self._snapshot() if self._actor is not None and not self.done else None
@@ -333,30 +297,19 @@ class TrainingJob:
         step = int(latest.name.removeprefix("step_"))
         return start_engine(str(latest), kind or "hf", num_gpus=num_gpus, version=step, label=f"{self.name}-step{step}", **options)
 
-    def stepper(self, prompt: Any = None, trust_run_objects: bool = False, **options: Any) -> Any:
+    def stepper(
+        self, prompt: str | Sequence[Message] | Row | None = None, trust_run_objects: bool = False, **options: Any
+    ) -> Any:
         """A RolloutStepper on `job.engine(**options)`, with the run's tools, parser and limits;
         `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
         shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
         objects even without this user's signature (data/objects.py)."""
-        from rlfactory_nb.data.objects import RunObjects
-        from rlfactory_nb.data.rows import load_rows
-        from rlfactory_nb.rollout.agent import Agent
-        from rlfactory_nb.runtime import build_tools
-
         cfg = self.config()
-        objects = RunObjects.load(self.run_dir, trust_run_objects) or RunObjects()
-        engine = self.engine(**options)
-        tools = build_tools(cfg, objects.tools)
-        if tools is not None:
-            tools.start_sync()
-        if prompt is None:
-            prompt = (objects.train_data or load_rows(cfg.data.train, 1))[0]
-        return view_of(Agent.from_config(cfg, engine, tools, engine=engine), prompt=prompt)  # a RolloutStepper
+        objects = RunObjects.load(self.run_dir, trust_run_objects)
+        return Runtime.from_config(cfg, objects, engine=self.engine(**options)).start_sync().stepper(prompt)
 
     def config(self) -> RunConfig:
         """The run's config: the driver's while it lives, else the one saved with the last checkpoint."""
-        from rlfactory_nb.models.checkpoint import RUN_CONFIG
-
         live = self._ask("run_config")
         if live is not None:
             return RunConfig.from_dict(live)

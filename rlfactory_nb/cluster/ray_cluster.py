@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb._views import view_of
+from rlfactory_nb.cluster.names import NAMESPACE
 from rlfactory_nb.cluster.quiet import quiet_ray_logs
 
 log = logging.getLogger(__name__)
-
-NAMESPACE = "rlfactory_nb"
-"""the Ray namespace of every actor this package names (jobs are found by name in it)"""
 JOB_PREFIX = "rlfactory-nb:"
 """named training-driver actors are called JOB_PREFIX + run name"""
 _GIB = 2**30
@@ -153,19 +152,20 @@ class Cluster:
         wherever a local engine goes (`rf.Agent(..., engine=)`, `rf.evaluate(engine, ...)`). Options:
         num_cpus (default 1), seed, and the engine's own (HFEngine, VLLMEngine). Freed when the
         handle is dropped or closed, or the cluster shuts down."""
+        # deferred: engines load torch, a Cluster does not
         from rlfactory_nb.cluster.engines import start_engine
 
         return start_engine(model, kind, num_gpus=num_gpus, **options)
 
     def engines(self) -> list[str]:
         """Names of the engine actors alive on the cluster (from `engine` and `job.engine`)."""
+        # deferred: engines load torch, a Cluster does not
         from rlfactory_nb.cluster.engines import engine_names
 
         return engine_names()
 
     def view(self) -> Any:
         """A notebook widget (ClusterView): nodes, resources, and the jobs running."""
-        from rlfactory_nb._views import view_of
 
         return view_of(self)
 

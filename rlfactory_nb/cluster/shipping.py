@@ -46,8 +46,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config import RunConfig, config_paths
+from rlfactory_nb.errors import ShippingError
 from rlfactory_nb.models.files import NO_PRESET_BUILD
+from rlfactory_nb.tools.config import load_tools_config
 
 SHIP_LIMIT_MB = 100
 EXCLUDES = [
@@ -61,10 +63,6 @@ EXCLUDES = [
 STAGED_PREFIX = "rlfactory_nb_files_"
 
 
-class ShippingError(RuntimeError):
-    """Something the job needs cannot be shipped to the cluster."""
-
-
 def runtime_env(cfg: RunConfig, working_dir: str | Path, ship_files: bool = True) -> tuple[dict[str, Any], RunConfig, dict[str, str]]:
     """(runtime_env, the config as the driver should read it, staged files: config key -> name in
     the staged package). See the module docstring."""
@@ -76,11 +74,14 @@ def runtime_env(cfg: RunConfig, working_dir: str | Path, ship_files: bool = True
     _check_size([folder], excludes, f"the project folder {folder}")
     overrides: dict[str, Any] = {}
     outside: dict[str, Path] = {}
-    for key, path, suffix in named_files(cfg):
+    for named in config_paths(cfg):
+        if named.kind != "input" or not named.path.exists():
+            continue  # the run folder is excluded above; model weights never ship (module docstring)
+        path = named.path.resolve()
         if path.is_relative_to(folder):
-            overrides[key] = str(path.relative_to(folder)) + suffix
+            overrides[named.key] = named.value(path.relative_to(folder))
         elif ship_files:
-            outside[key] = path
+            outside[named.key] = path
     env: dict[str, Any] = {"working_dir": str(folder), "excludes": excludes, "env_vars": {NO_PRESET_BUILD: "1"}}
     py_modules = [str(path) for path in _modules_to_ship(cfg, folder)]
     staged: dict[str, str] = {}
@@ -99,32 +100,12 @@ def unstage(cfg: RunConfig, staged: dict[str, str]) -> RunConfig:
         return cfg
     package = next(iter(staged.values())).split("/")[0]
     root = Path(importlib.import_module(package).__file__).parent
-    overrides = {}
-    for key, name in staged.items():
-        suffix = ":" + cfg.reward.function.rsplit(":", 1)[1] if key == "reward.function" else ""
-        overrides[key] = str(root / name.split("/", 1)[1]) + suffix
-    return cfg.replace(overrides)
-
-
-def named_files(cfg: RunConfig) -> list[tuple[str, Path, str]]:
-    """(config key, local path, suffix to keep) for every local file the config names."""
-    found = []
-    if cfg.tools.config is not None and Path(cfg.tools.config).exists():
-        found.append(("tools.config", Path(cfg.tools.config).resolve(), ""))
-    where, _, name = cfg.reward.function.rpartition(":")
-    if where.endswith(".py") and Path(where).exists():
-        found.append(("reward.function", Path(where).resolve(), f":{name}"))
-    for key in ("train", "eval"):
-        source = getattr(cfg.data, key)
-        if not source.startswith("synthetic:") and Path(source).exists():
-            found.append((f"data.{key}", Path(source).resolve(), ""))
-    return found
+    named = {path.key: path for path in config_paths(cfg)}
+    return cfg.replace({key: named[key].value(root / name.split("/", 1)[1]) for key, name in staged.items()})
 
 
 def named_modules(cfg: RunConfig) -> list[str]:
     """Modules the config names as `module:function` (reward, the tools file's `functions:`)."""
-    from rlfactory_nb.tools.config import load_tools_config
-
     names = []
     where = cfg.reward.function.rpartition(":")[0]
     if where and not where.endswith(".py"):

@@ -14,8 +14,9 @@ Weight sync, after each update (cluster.weight_sync):
 With cluster.colocate the engines sleep during the update (vLLM frees its weights and KV cache; an hf
 engine moves its model to host memory) and wake before the sync, so both can use the same GPUs.
 
-`RayBackend` has the contract of `rlfactory_nb.train.local.LocalBackend`, so `train/loop.py` runs the
-same with either. Ray is imported only here (and in `rlfactory_nb.cluster`), and only when used.
+`RayBackend` has the contract of `rlfactory_nb.train.backends.Backend`, as `LocalBackend` does, so
+`train/loop.py` runs the same with either; it registers as backend "ray". Ray is imported only here
+(and in `rlfactory_nb.cluster`), and only when used.
 """
 
 from __future__ import annotations
@@ -28,28 +29,26 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.engines import engine_traits, stop_token_ids_from_tokenizer, weight_sync
+from rlfactory_nb.cluster.engine_actor import EngineActor, actor_device, run_engine_start
+from rlfactory_nb.cluster.engines import ClusterEngine
+from rlfactory_nb.cluster.ray_cluster import join, start_local
+from rlfactory_nb.config import ClusterConfig, RunConfig
+from rlfactory_nb.engines import engine_traits, weight_sync
+from rlfactory_nb.engines.build import build_model, cpu_state
 from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec
+from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train import parallel
+from rlfactory_nb.train.backends import kl_reference, register_backend
 from rlfactory_nb.train.batch import TrainBatch
-from rlfactory_nb.train.engine_actors import (
-    EngineActor,
-    RayEngine,
-    actor_device,
-    build_model,
-    cpu_state,
-    policy_files,
-)
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 
 
-def init_ray(cluster: Any) -> Any:
+def init_ray(cluster: ClusterConfig) -> Any:
     """Connect to `cluster.address`, or start a local Ray sized for the workers and engines, listening
     on 127.0.0.1 only and never joining a stale cluster found through /tmp/ray files."""
     import ray
 
-    from rlfactory_nb.cluster.ray_cluster import join, start_local
 
     if ray.is_initialized():
         return ray
@@ -71,7 +70,7 @@ def init_ray(cluster: Any) -> Any:
 class PolicyWorker:
     """One rank: its part of the policy, its optimizer, and (with kl_coef) the reference model."""
 
-    def __init__(self, rank: int, world_size: int, cfg: Any, num_threads: int = 1):
+    def __init__(self, rank: int, world_size: int, cfg: RunConfig, num_threads: int = 1):
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         self.strategy = cfg.cluster.strategy
         self.device = actor_device()
@@ -114,14 +113,11 @@ class PolicyWorker:
         self.optimizer = make_optimizer(self.model, self.cfg)  # after sharding: FSDP's DTensor params
         if optimizer_state is not None:
             parallel.load_optimizer_state(self.model, self.optimizer, optimizer_state)
-        self.reference = None
+        reference = None
         if reference_weights is not None:
             reference = build_model(model_config, reference_weights, self.device, precision.compute)
-            self.reference = parallel.shard_reference(
-                reference.requires_grad_(False), self.strategy, precision
-            )
-        elif self.cfg.grpo.kl_coef and self.training.lora is not None:
-            self.reference = self.training.reference(self.model)  # the adapters switched off
+            reference = parallel.shard_reference(reference.requires_grad_(False), self.strategy, precision)
+        self.reference = kl_reference(self.cfg, self.training, self.model, reference)
 
     def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
         return policy_update(
@@ -158,13 +154,14 @@ class PolicyWorker:
             dist.destroy_process_group()
 
 
+@register_backend("ray")
 class RayBackend:
     """`num_workers` PolicyWorkers (one DDP or FSDP group) and `num_engines` EngineActors on Ray."""
 
     def __init__(
         self,
-        cfg: Any,
-        policy: Any,
+        cfg: RunConfig,
+        policy: Policy,
         optimizer_state: dict[str, Any] | None = None,
         reference: torch.nn.Module | None = None,
         version: int = 0,
@@ -194,17 +191,17 @@ class RayBackend:
                 for w in self.workers
             ]
         )
-        files = policy_files(cfg, policy, training.precision.compute)
         # hf actors start from these weights; vLLM reads the folder (for LoRA the base: see Trainer.start)
         loads_weights = engine_traits(cfg.model.engine).loads == "objects"
         engine_weights = ray.put(training.engine_weights(state)) if loads_weights else None
+        compute = training.precision.compute
         engines = [
             ray.remote(EngineActor)
             .options(**placement(index))
-            .remote(cfg.model.engine, files, engine_weights, cfg.grpo.seed + index, threads, version)
+            .remote(run_engine_start(cfg, policy, compute, cfg.grpo.seed + index, version), engine_weights)
             for index in range(cluster.num_engines)
         ]
-        self.engine = RayEngine(engines, stop_token_ids_from_tokenizer(policy.tokenizer))
+        self.engine = ClusterEngine(engines, f"run {cfg.name}", cfg.model.engine, policy.tokenizer, version)
         self.broadcast = cluster.weight_sync == "broadcast" or (
             cluster.weight_sync == "auto" and cluster.gpus_per_worker > 0
         )
@@ -253,6 +250,12 @@ class RayBackend:
     async def optimizer_state(self) -> dict[str, Any]:
         return await self._rank0("optimizer_state")
 
+    def actors(self) -> dict[str, Any]:
+        workers = self.workers
+        named = {f"policy worker {rank} of {len(workers)}": worker for rank, worker in enumerate(workers)}
+        named.update({f"engine actor {index}": actor for index, actor in enumerate(self.engine.actors)})
+        return named
+
     async def _rank0(self, method: str) -> Any:
         """Rank 0's result of `method` (called on every rank where it is a collective)."""
         results = await asyncio.gather(*(getattr(worker, method).remote() for worker in self._gatherers()))
@@ -264,10 +267,10 @@ class RayBackend:
         return self.workers if self.cluster.strategy == "fsdp" else self.workers[:1]
 
     async def close(self) -> None:
-        await self.engine.close()
+        await self.engine.close()  # kills the engine actors too
         await asyncio.gather(*(worker.close.remote() for worker in self.workers), return_exceptions=True)
-        for actor in [*self.workers, *self.engine.actors]:
-            self._ray.kill(actor)
+        for worker in self.workers:
+            self._ray.kill(worker)
 
 
 def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
@@ -290,7 +293,7 @@ def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return merged
 
 
-def _placement(ray: Any, cluster: Any) -> Any:
+def _placement(ray: Any, cluster: ClusterConfig) -> Any:
     """Ray actor options for worker i and engine i. Colocated on GPUs, each pair gets a bundle of one
     whole GPU (Ray alone would pack fractional GPUs first-fit: two workers on one GPU, which NCCL
     refuses); otherwise every actor just reserves its CPUs and GPUs."""

@@ -48,22 +48,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import cloudpickle  # the pickler Ray uses (it vendors a copy), without importing Ray here
+
+from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.runtime import ExtraTools, extra_tools
+from rlfactory_nb.errors import ObjectTransferError, UntrustedRunObjects
 from rlfactory_nb.tools.config import ToolsFile
+from rlfactory_nb.tools.extra import ExtraTools, extra_tools
 
 CODE_DIR = "code"
 PICKLE_FILE = "objects.pkl"
 SIGNATURE_FILE = "objects.sig.json"
-
-
-class UntrustedRunObjects(PermissionError):
-    """A run folder's objects.pkl lacks this user's signature; the message says which file, why, and how
-    to proceed."""
-
-
-class ObjectTransferError(TypeError):
-    """An object given to launch / train_sync cannot travel to the cluster (it cannot be pickled)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +98,12 @@ class RunObjects:
     def empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
 
+    def filled_from(self, kept: RunObjects) -> RunObjects:
+        """These objects, with `kept`'s where these have none (`rf.evaluate`: what it is given, else
+        what the run folder kept)."""
+        mine = {f.name: getattr(self, f.name) for f in fields(self)}
+        return dataclasses.replace(kept, **{name: value for name, value in mine.items() if value is not None})
+
     def functions(self) -> list[tuple[str, Callable[..., Any]]]:
         """(label, function) of every reward and tool function, labels as errors name them."""
         rewards = self.reward.items() if isinstance(self.reward, dict) else [("reward", self.reward)] if self.reward else []
@@ -118,8 +119,6 @@ class RunObjects:
     def dumps(self) -> bytes:
         """The objects as bytes (cloudpickle, user modules by value); ObjectTransferError names what
         cannot travel."""
-        from ray import cloudpickle
-
         for _, function in self.functions():  # the source travels with it: another kernel cannot find it
             _keep_source(function)
         with _by_value(_user_modules(function for _, function in self.functions())):
@@ -139,13 +138,11 @@ class RunObjects:
 
     @staticmethod
     def loads(data: bytes) -> RunObjects:
-        from ray import cloudpickle
-
         return cloudpickle.loads(data)
 
     # ------------------------------------------------------------------ the run folder
 
-    def save(self, run_dir: str | Path, data: bytes | None = None, config: Any = None) -> Path:
+    def save(self, run_dir: str | Path, data: bytes | None = None, config: RunConfig | None = None) -> Path:
         """Write code/objects.pkl (`data`, or `dumps()`), its signature (recording what `config`, a
         RunConfig, names) and the readable copies; returns code/."""
         folder = Path(run_dir) / CODE_DIR
@@ -186,7 +183,7 @@ class RunObjects:
 
     @classmethod
     def resumed(
-        cls, run_dir: str | Path, config: Any, trust_run_objects: bool = False, say: Callable[[str], None] = print
+        cls, run_dir: str | Path, config: RunConfig, trust_run_objects: bool = False, say: Callable[[str], None] = print
     ) -> RunObjects:
         """The objects a resume of `config` uses: the folder's, less the reward and tools when
         `config` names others than it did when they were saved (the config wins); `say` gets one line
@@ -256,7 +253,7 @@ def _key() -> bytes:
     return key.encode()
 
 
-def _named_by(config: Any) -> dict[str, Any] | None:
+def _named_by(config: RunConfig | None) -> dict[str, Any] | None:
     """What a RunConfig names for the reward and tools, as the signature records it. Files by name
     only: the driver of a Ray job reads the same file under another folder (cluster/shipping.py)."""
     if config is None:
@@ -322,8 +319,6 @@ def _explain(label: str, value: Any, error: Exception) -> str:
 
 def _culprit(value: Any) -> str:
     """` It refers to 'log' (a TextIOWrapper), which cannot be pickled.`, when one variable is to blame."""
-    from ray import cloudpickle
-
     target = getattr(value, "fn", value)
     if not inspect.isfunction(target):
         return ""
@@ -358,8 +353,6 @@ def _user_modules(functions: Iterator[Callable[..., Any]] | Any) -> list[ModuleT
 
 @contextlib.contextmanager
 def _by_value(modules: list[ModuleType]) -> Iterator[None]:
-    from ray import cloudpickle
-
     for module in modules:
         cloudpickle.register_pickle_by_value(module)
     try:

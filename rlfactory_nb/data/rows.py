@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import DatasetError
 from rlfactory_nb.models.presets import calculator
 
 Row = dict[str, Any]
@@ -46,10 +47,6 @@ MAX_ROW_GROUP_BYTES = 1024 * 1024 * 1024
 """a parquet row group whose metadata declares more uncompressed bytes is refused before decoding"""
 PARQUET_BATCH_ROWS = 256
 """parquet rows decoded at a time, so a limit of a few rows decodes only a batch"""
-
-
-class DatasetError(ValueError):
-    """A dataset source that cannot be read, or a row without the columns training needs."""
 
 
 def load_rows(source: Any, limit: int | None = None, what: str = "dataset") -> list[Row]:

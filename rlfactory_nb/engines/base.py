@@ -34,6 +34,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
+from rlfactory_nb.errors import EngineUnavailableError  # noqa: F401  (re-exported where callers import it)
+
 EngineFinishReason = Literal["stop", "length"]
 
 # Tokens that end an assistant turn in Qwen-format chat besides the tokenizer's eos.
@@ -120,7 +122,7 @@ class Generation:
     """"stop": a stop token was sampled; "length": max_new_tokens was reached"""
     policy_version: int | None = None
     """the weights version (trainer steps applied) when the request was sent: every token was sampled
-    by it or a newer one; None from an engine nobody versions (see `rlfactory_nb.engines.versioned`)"""
+    by it or a newer one; None from an engine nobody versions (the rule: `rlfactory_nb.engines.versioned`)"""
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):
@@ -142,8 +144,10 @@ class Engine(Protocol):
         """Sample a continuation of `prompt_ids`; many calls may be in flight at once."""
         ...
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Load new weights (names as in the transformers model); later requests use them."""
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:
+        """Load new weights (names as in the transformers model); later requests use them.
+        `version`: the weights version they are (None: the next); an engine that keeps no version
+        (hf, vllm) ignores it, a versioned one follows `rlfactory_nb.engines.versioned`."""
         ...
 
     async def sleep(self) -> None:
@@ -202,10 +206,6 @@ def stop_token_ids_from_tokenizer(tokenizer: Any) -> tuple[int, ...]:
     return unique
 
 
-class EngineUnavailableError(ImportError):
-    """An engine kind whose backend package is not installed; the message says how to install it."""
-
-
 EngineFactory = Callable[..., Engine]
 _ENGINES: dict[str, tuple[EngineFactory, EngineTraits]] = {}
 
@@ -237,7 +237,8 @@ def _registered(kind: str) -> tuple[EngineFactory, EngineTraits]:
 
 
 def create_engine(kind: str, model_path_or_objects: Any, **options: Any) -> Engine:
-    """Build a rollout engine by name.
+    """Call the factory registered for `kind`: the registry under `rlfactory_nb.engines.build.build_engine`,
+    which the package goes through (it knows what each kind is made from).
 
     "hf" takes a Hugging Face folder or a `(model, tokenizer)` pair; "vllm" takes a folder.
     `options` go to the engine's constructor (see HFEngine and VLLMEngine).

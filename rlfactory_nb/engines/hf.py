@@ -142,7 +142,7 @@ class HFEngine:
         await queue.put(_Request(list(prompt_ids), sampling, future))
         return await future
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:
         """Copy `state_dict` into the live model between batches (a partial dict updates a subset)."""
         self._ensure_worker()
         assert self._lock is not None

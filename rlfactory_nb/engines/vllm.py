@@ -42,6 +42,7 @@ from rlfactory_nb.engines.base import (
     register_engine,
     stop_token_ids_from_tokenizer,
 )
+from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec, open_group, receive
 
 COLOCATED_GPU_MEMORY = 0.4
 """vLLM's share of a GPU it shares with a policy worker (its default, 0.9, leaves none for training)"""
@@ -82,14 +83,12 @@ class WeightSyncExtension:
 
     def rlfactory_open_group(self, host: str, port: int, rank: int, world_size: int) -> None:
         """Join the trainer's weight-broadcast group (see rlfactory_nb.engines.weight_sync)."""
-        from rlfactory_nb.engines.weight_sync import GroupAddress, open_group
 
         device = self.device  # type: ignore[attr-defined]
         self._rlfactory_group = open_group(GroupAddress(host, port, world_size), rank, device)
 
     def rlfactory_receive_weights(self, specs: list[tuple[str, tuple[int, ...], str]]) -> int:
         """Load the weights broadcast by policy worker 0, tensor by tensor, in `specs` order."""
-        from rlfactory_nb.engines.weight_sync import TensorSpec, receive
 
         tensor_specs = [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in specs]
         received = receive(self._rlfactory_group, tensor_specs, self.device)  # type: ignore[attr-defined]
@@ -192,7 +191,7 @@ class VLLMEngine:
             raise RuntimeError("vLLM ended a request without a final output")
         return _to_generation(final.outputs[0])
 
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+    async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:
         """Send transformers-named weights to the worker, repack, and drop the now-stale prefix cache."""
         payload = serialize_weights(state_dict)
         await self._engine.collective_rpc("rlfactory_load_weights", args=(payload,))

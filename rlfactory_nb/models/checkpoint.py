@@ -43,6 +43,8 @@ import numpy as np
 import torch
 from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
+from rlfactory_nb.errors import CheckpointError
+
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.pt"
@@ -52,10 +54,6 @@ ADAPTER_CONFIG = "adapter_config.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _NEARLY_FULL_BYTES = 1 << 20
 """a write that failed with less free space than this failed because the disk is full"""
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written or read; the message says which and what to do."""
 
 
 @dataclass(frozen=True)

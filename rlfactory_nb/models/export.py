@@ -14,6 +14,9 @@ from typing import Any
 
 import torch
 
+from rlfactory_nb.models.merged import write_plain
+from rlfactory_nb.models.policy import Policy
+
 EXPORT_DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -25,11 +28,9 @@ def run_export_command(args: Any) -> int:
 
 
 def export(
-    source: str | Path | Any, out: str | Path, dtype: str = "bfloat16", overwrite: bool = True
+    source: str | Path | Policy, out: str | Path, dtype: str = "bfloat16", overwrite: bool = True
 ) -> Path:
     """Write `source` (a checkpoint folder, model name, or a loaded `Policy`) merged to `out`."""
-    from rlfactory_nb.models.policy import Policy
-
     if dtype not in EXPORT_DTYPES:
         raise ValueError(f"export dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
     policy = source if isinstance(source, Policy) else Policy.load(source, device="cpu", dtype="float32")
@@ -38,24 +39,4 @@ def export(
         if not overwrite:
             raise FileExistsError(f"{target} exists; choose another folder or pass overwrite=True")
         shutil.rmtree(target)
-    model = _plain_copy(policy.model, getattr(torch, dtype))
-    model.save_pretrained(target)
-    policy.tokenizer.save_pretrained(target)
-    return target
-
-
-def _plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """A transformers model with `model`'s weights (adapters merged) in `dtype`; `model` is untouched."""
-    from transformers import AutoModelForCausalLM
-
-    from rlfactory_nb.models import lora
-    from rlfactory_nb.train.trainable import is_adapted
-
-    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    if is_adapted(model):
-        adapter = model.peft_config[lora.ADAPTER_NAME]
-        state = lora.merge_state(state, adapter.lora_alpha / adapter.r)
-        model = model.get_base_model()
-    copy = AutoModelForCausalLM.from_config(model.config)
-    copy.load_state_dict(state)
-    return copy.to(dtype)
+    return write_plain(policy.model, policy.tokenizer, target, getattr(torch, dtype))

@@ -6,23 +6,22 @@ id), so `launch` sends the kernel's digest along and the driver compares it with
 folder it resolved, before step 1 (cluster/driver.py). The digest covers the weights (with the model
 config) and the tokenizer (with its chat template) apart, so a mismatch says which half differs.
 
-Nodes of a cluster never build a preset: the environment variable NO_PRESET_BUILD, set in a job's
-runtime_env, turns a missing or partial preset into an error that names the file and the node,
-rather than a six-minute rebuild of weights that are not the kernel's.
+Nodes of a cluster never build a preset (`rlfactory_nb.models.node`).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-NO_PRESET_BUILD = "RLFACTORY_NB_NO_PRESET_BUILD"
-"""set (to 1) in a job's runtime_env: a preset missing on a node is an error there, never a build"""
+from rlfactory_nb.models.node import NO_PRESET_BUILD, ModelFilesError, node_name
+
+__all__ = [
+    "NO_PRESET_BUILD", "ModelDigest", "ModelFilesError", "local_model_digest", "model_digest", "model_folder", "node_name",
+]
 
 WEIGHT_FILES = ("config.json", "adapter_config.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -30,10 +29,6 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
     "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
 )
-
-
-class ModelFilesError(FileNotFoundError):
-    """A model's files are missing or partial on this node."""
 
 
 @dataclass(frozen=True)
@@ -60,15 +55,10 @@ class ModelDigest:
         return f"weights {self.weights[:12]}, tokenizer {self.tokenizer[:12]}"
 
 
-def node_name() -> str:
-    """This machine, as an error names it."""
-    return socket.gethostname()
-
-
 def model_folder(name: str | Path, log: Callable[[str], None] = print) -> Path | str:
     """The folder `name` means here: a preset's (shipped, else cached, else built unless this node
     forbids it), a local folder as given, or a hub id unchanged (str)."""
-    from rlfactory_nb.models import presets
+    from rlfactory_nb.models import presets  # here: presets import torch and transformers
 
     text = str(name)
     if text in presets.PRESETS:
@@ -139,8 +129,3 @@ def _hub_cache_folder(repo_id: str) -> Path | None:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except Exception:  # noqa: BLE001  (not cached, or not a valid id: nothing local to digest)
         return None
-
-
-def forbid_preset_builds() -> bool:
-    """True on a node where a missing preset must be an error (a job's driver and workers)."""
-    return os.environ.get(NO_PRESET_BUILD, "") not in ("", "0")

@@ -34,6 +34,11 @@ def is_adapter_folder(path: str | Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
+def is_adapted(model: torch.nn.Module) -> bool:
+    """True for a peft model (LoRA adapters applied)."""
+    return hasattr(getattr(model, "module", model), "disable_adapter")
+
+
 def linear_layer_names(model: torch.nn.Module) -> list[str]:
     """The distinct names of the decoder's linear layers (what `target_modules` may name)."""
     names = {

@@ -3,7 +3,8 @@
 `Policy.load` takes an embedded preset name ("tiny-calculator"), a local Hugging Face folder, a hub
 id (on a machine that can reach the hub or has it cached), or a LoRA checkpoint (an adapter folder,
 loaded over the base it names and merged). Rollout engines are created over the same weights with
-`policy.engine("hf" | "vllm")`.
+`policy.engine("hf" | "vllm")`; `engine_source` is the one place a policy, a preset name or a
+checkpoint becomes what an engine is made from (`rlfactory_nb.engines.build`).
 
 A model folder is data, not code: every folder is opened with `trust_remote_code=False` (through
 `from_folder`), so a config.json whose `auto_map` names Python files in the folder never reaches
@@ -13,6 +14,7 @@ A folder that needs its own code fails at once, naming `model.trust_remote_code`
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,16 +23,25 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from rlfactory_nb.engines.base import Engine, engine_traits
+from rlfactory_nb.engines.build import (
+    EngineSource,
+    Folder,
+    InMemory,
+    Snapshot,
+    build_engine,
+    cpu_state,
+    dtype_name,
+)
+from rlfactory_nb.errors import RemoteCodeError
 from rlfactory_nb.models import lora, presets
 from rlfactory_nb.models.checkpoint import CheckpointError, verify_digests
 from rlfactory_nb.models.files import model_folder
+from rlfactory_nb.models.merged import write_plain
+from rlfactory_nb.models.precision import resolve_dtype
 
 MAX_ADAPTER_DEPTH = 4
 """adapters over adapters a LoRA checkpoint may stack before its base (a loop would never end)"""
-
-
-class RemoteCodeError(ValueError):
-    """A model folder needs Python code of its own to load, and `model.trust_remote_code` is off."""
 
 
 def from_folder(loader: Any, path: str | Path, trust_remote_code: bool = False, **options: Any) -> Any:
@@ -52,13 +63,6 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """ "auto": bfloat16 on GPU, float32 on CPU; else the named torch dtype."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, dtype)
 
 
 @dataclass
@@ -124,18 +128,10 @@ class Policy:
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
-    def engine(self, kind: str = "hf", **options: Any) -> Any:
+    def engine(self, kind: str = "hf", **options: Any) -> Engine:
         """A rollout engine over this policy's weights: "hf" shares the live model, "vllm" loads
         `self.path` and receives weight updates from the trainer."""
-        from rlfactory_nb.engines import create_engine, engine_traits
-
-        if engine_traits(kind).loads == "objects":
-            return create_engine(kind, (self.model, self.tokenizer), **options)
-        if self.base_path is not None:  # an adapter folder: engines that load a folder need it merged
-            from rlfactory_nb.models.export import export
-
-            return create_engine(kind, str(export(self, _merged_folder(self.path))), **options)
-        return create_engine(kind, str(self.path), **options)
+        return build_engine(kind, engine_source(self, kind).source, **options)
 
     def __repr__(self) -> str:
         return f"Policy({self.name!r}, {self.num_parameters / 1e6:.2f}M params, path={str(self.path)!r})"
@@ -148,3 +144,43 @@ def _merged_folder(adapter: Path) -> Path:
 
     key = hashlib.sha256(str(adapter.resolve()).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "rlfactory-nb-merged" / key
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """What an engine is made from, resolved here: the source, the tokenizer this process keeps
+    (token ids travel, text does not), and the weights to send beside the source (None: none)."""
+
+    source: EngineSource
+    tokenizer: Any
+    weights: dict[str, torch.Tensor] | None = None
+
+
+def engine_source(model: Policy | str | Path, kind: str, shipped: bool = False) -> ResolvedSource:
+    """What an engine of `kind` serving `model` (a Policy, a preset name, a folder, a checkpoint or
+    a hub id) is made from.
+
+    In this process: a policy's model itself for an engine that takes objects, else its folder (a
+    LoRA policy's merged weights written to one first). `shipped` to an engine actor: a policy as a
+    Snapshot with its weights on CPU (a folder engine given a LoRA policy loads the base and takes
+    the merged weights by sync); a name that is no adapter as a Folder, resolved again on the actor's
+    node, with its tokenizer loaded here. An adapter name is loaded (merged) here first."""
+    loads = engine_traits(kind).loads  # an unknown kind fails here, naming the kinds there are
+    if not isinstance(model, Policy):
+        path = Path(model_folder(str(model), log=lambda _: None))
+        if shipped and not lora.is_adapter_folder(path):
+            return ResolvedSource(Folder(str(model)), from_folder(AutoTokenizer, path))
+        model = Policy.load(path, device="cpu", log=lambda _: None)  # an adapter: merged here
+    if shipped:
+        dtype = dtype_name(next(model.model.parameters()).dtype)
+        snapshot = Snapshot(model.model.config, model.tokenizer, dtype, str(model.base_path or model.path))
+        sends_weights = loads == "objects" or model.base_path is not None
+        return ResolvedSource(snapshot, model.tokenizer, cpu_state(model.model) if sends_weights else None)
+    if loads == "objects":
+        return ResolvedSource(InMemory(model.model, model.tokenizer), model.tokenizer)
+    if model.base_path is not None:  # an adapter folder: engines that load a folder need it merged
+        folder = _merged_folder(model.path)
+        shutil.rmtree(folder, ignore_errors=True)  # a write of an earlier process: replaced whole
+        write_plain(model.model, model.tokenizer, folder, torch.bfloat16)
+        return ResolvedSource(Folder(str(folder)), model.tokenizer)
+    return ResolvedSource(Folder(str(model.path)), model.tokenizer)

@@ -49,7 +49,7 @@ class Precision:
     def from_config(cls, model_cfg: Any, device: torch.device) -> Precision:
         """Resolve `model.dtype` ("auto": bfloat16 on GPU, float32 on CPU) and `model.master_dtype`,
         refusing what would silently not learn."""
-        compute = resolve_compute_dtype(model_cfg.dtype, device)
+        compute = resolve_dtype(model_cfg.dtype, device)
         master = getattr(torch, model_cfg.master_dtype)
         if torch.float16 in (compute, master):
             problem = (
@@ -78,7 +78,9 @@ FLOAT32 = Precision(compute=torch.float32, master=torch.float32)
 """no mixed precision: everything in float32 (what "auto" means on CPU)"""
 
 
-def resolve_compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """ "auto": bfloat16 on GPU, float32 on CPU; else the named torch dtype (`model.dtype`, and the
+    dtype `Policy.load` loads in)."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, dtype)

@@ -2,7 +2,7 @@
 
 A parser turns one assistant message into the text the user sees, the calls to run and the blocks it
 could not read. Model text is untrusted and often malformed (most of all early in training), so
-`parse` never raises on it: a broken call block becomes a `ParseError` that the agent loop shows the
+`parse` never raises on it: a broken call block becomes a `MalformedCall` that the agent loop shows the
 model, which is how a policy learns the format instead of a rollout crashing.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from rlfactory_nb.types import ParseError, ToolCall
+from rlfactory_nb.types import MalformedCall, ToolCall
 
 _RAW_SHOWN_TO_MODEL = 300
 """characters of a broken block quoted back to the model; enough to locate the mistake"""
@@ -27,7 +27,7 @@ class ParseResult:
     """the message text with the parsed call blocks removed, stripped"""
     calls: list[ToolCall] = field(default_factory=list)
     """well-formed calls to run, in the order they appear"""
-    errors: list[ParseError] = field(default_factory=list)
+    errors: list[MalformedCall] = field(default_factory=list)
     """call blocks that could not be read; the model is told about each"""
 
     @property
@@ -77,7 +77,7 @@ def get_parser(name: str, **options: object) -> ToolCallParser:
     return cls(**options)
 
 
-def format_error_for_model(error: ParseError) -> str:
+def format_error_for_model(error: MalformedCall) -> str:
     """The text the model sees in place of a tool result for a call block it got wrong."""
     text = f"Error: your tool call was not executed. {error.message}"
     if error.raw:

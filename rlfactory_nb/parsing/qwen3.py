@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlfactory_nb.parsing.base import ParseResult, register_parser
-from rlfactory_nb.types import ParseError, ToolCall
+from rlfactory_nb.types import MalformedCall, ToolCall
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -62,7 +62,7 @@ class Qwen3Parser:
     def parse(self, text: str) -> ParseResult:
         content: list[str] = []
         calls: list[ToolCall] = []
-        errors: list[ParseError] = []
+        errors: list[MalformedCall] = []
         unreported = 0  # broken blocks past the first max_calls: each would be a message to the model
         for segment, active in self._segments(text):
             pieces = _split_blocks(segment) if active else [segment]
@@ -79,7 +79,7 @@ class Qwen3Parser:
                     unreported += 1
         if unreported:
             errors.append(
-                ParseError(
+                MalformedCall(
                     f"{len(errors) + unreported} broken <tool_call> blocks in one turn; only the first "
                     f"{self.max_calls} are answered. {FORMAT_HINT}"
                 )
@@ -87,7 +87,7 @@ class Qwen3Parser:
         if len(calls) > self.max_calls:
             dropped, calls = calls[self.max_calls :], calls[: self.max_calls]
             errors.append(
-                ParseError(
+                MalformedCall(
                     f"{len(calls) + len(dropped)} tool calls in one turn; only the first {self.max_calls} "
                     f"were run. Make at most {self.max_calls} calls per turn.",
                     raw="\n".join(call.raw for call in dropped),
@@ -149,9 +149,9 @@ def _split_blocks(text: str) -> list[str | _Block]:
     return pieces
 
 
-def _read_block(block: _Block) -> ToolCall | ParseError:
-    def error(message: str) -> ParseError:
-        return ParseError(f"{message} {FORMAT_HINT}", raw=block.raw)
+def _read_block(block: _Block) -> ToolCall | MalformedCall:
+    def error(message: str) -> MalformedCall:
+        return MalformedCall(f"{message} {FORMAT_HINT}", raw=block.raw)
 
     if block.ending == "next_open":
         return error("A <tool_call> block is missing its </tool_call> before the next <tool_call>.")
@@ -169,7 +169,7 @@ def _read_block(block: _Block) -> ToolCall | ParseError:
     return _to_call(data, block.raw, error)
 
 
-def _to_call(data: Any, raw: str, error: Any) -> ToolCall | ParseError:
+def _to_call(data: Any, raw: str, error: Any) -> ToolCall | MalformedCall:
     if isinstance(data, list):
         return error("The <tool_call> block holds a JSON array; write one block per call.")
     if not isinstance(data, dict):

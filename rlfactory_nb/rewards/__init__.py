@@ -3,6 +3,14 @@
 def reward(sample: rf.Sample) -> float | dict[str, float]: ...
 """
 
+from rlfactory_nb.errors import (
+    InvalidRewardValue,
+    JudgeError,
+    JudgeParseError,
+    RewardError,
+    RewardLoadError,
+    RewardModelError,
+)
 from rlfactory_nb.rewards.combine import combine
 from rlfactory_nb.rewards.functions import (
     exact_match,
@@ -16,13 +24,12 @@ from rlfactory_nb.rewards.functions import (
     tool_error_penalty,
     tool_success_rate,
 )
-from rlfactory_nb.rewards.judge import JudgeError, JudgeParseError, JudgeUsage, LLMJudge
-from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
-from rlfactory_nb.rewards.reward_model import RewardModel, RewardModelError, reward_model
-from rlfactory_nb.rewards.runner import RewardError, RewardFailure, RewardOutcome, RewardRunner
+from rlfactory_nb.rewards.judge import JudgeUsage, LLMJudge
+from rlfactory_nb.rewards.loading import load_reward
+from rlfactory_nb.rewards.reward_model import RewardModel, reward_model
+from rlfactory_nb.rewards.runner import RewardFailure, RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.samples import make_sample
 from rlfactory_nb.rewards.values import (
-    InvalidRewardValue,
     RewardFunction,
     RewardValue,
     group_reward,

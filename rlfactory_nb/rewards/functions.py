@@ -145,10 +145,10 @@ def format_ok(sample: Sample) -> float:
     """1.0 when every tool-call block parsed and the final answer is not empty.
 
     >>> from rlfactory_nb.rewards.samples import make_sample
-    >>> from rlfactory_nb.types import ParseError, Turn
+    >>> from rlfactory_nb.types import MalformedCall, Turn
     >>> format_ok(make_sample("<answer>36</answer>"))
     1.0
-    >>> format_ok(make_sample(Turn("<tool_call>{bad</tool_call>", parse_errors=[ParseError("bad JSON")]), "36"))
+    >>> format_ok(make_sample(Turn("<tool_call>{bad</tool_call>", parse_errors=[MalformedCall("bad JSON")]), "36"))
     0.0
     """
     return float(_parse_errors(sample) == 0 and bool(sample.final_answer.strip()))

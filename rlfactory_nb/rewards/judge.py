@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, Self
 
 import httpx
 
+from rlfactory_nb.errors import JudgeError, JudgeParseError
 from rlfactory_nb.rewards.judge_http import Answer, ReplyRejected, post, retry_after_s, token_counts
 from rlfactory_nb.rewards.judge_prompts import (
     DEFAULT_GROUP_PROMPT,
@@ -61,15 +62,6 @@ GroupReward = Callable[[Sequence[Sample]], Awaitable[list[dict[str, float]]]]
 
 _MAX_WAIT_S = 60.0
 """the longest single wait between attempts, whatever Retry-After asks"""
-
-
-class JudgeError(RuntimeError):
-    """The judge endpoint gave no usable reply (down, slow, refusing, too large, or not chat-completions
-    JSON with valid usage)."""
-
-
-class JudgeParseError(ValueError):
-    """The judge model replied, but the reply holds no score the parser can read."""
 
 
 @dataclass

@@ -29,6 +29,8 @@ import torch
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
+from rlfactory_nb.data.objects import RunObjects, source_listing
+from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.types import Sample, Trajectory
@@ -60,7 +62,7 @@ class RewardLab:
     def __init__(
         self,
         agent: Agent,
-        dataset: Sequence[dict[str, Any]] | str,
+        dataset: Sequence[Row] | str,
         rewards: RewardFunctions,
         group_size: int = 8,
         scale_rewards: bool = True,
@@ -126,8 +128,6 @@ class RewardLab:
     def save_reward(self, path: str | Path, *names: str) -> Path:
         """Write `reward(*names)` to `path` (pickled by value, as launch sends it) with its source
         next to it (`path` with .py), for another kernel: `RewardLab.load_reward(path)`."""
-        from rlfactory_nb.data.objects import RunObjects, source_listing
-
         objects = RunObjects.of(reward=self.reward(*names))
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,8 +139,6 @@ class RewardLab:
     def load_reward(path: str | Path, if_missing: Any = FileNotFoundError) -> Any:
         """What `save_reward` wrote (it runs the pickled code: load only files you trust); when there
         is no such file, `if_missing` (e.g. None: use the config's reward) unless it is the default."""
-        from rlfactory_nb.data.objects import RunObjects
-
         if not Path(path).exists() and if_missing is not FileNotFoundError:
             return if_missing
         return RunObjects.loads(Path(path).read_bytes()).reward
@@ -223,9 +221,7 @@ class RewardLab:
         return view_of(self)
 
 
-def _rows(dataset: Sequence[dict[str, Any]] | str) -> list[dict[str, Any]]:
+def _rows(dataset: Sequence[Row] | str) -> list[Row]:
     if isinstance(dataset, str):
-        from rlfactory_nb.data.rows import load_rows
-
         return load_rows(dataset)
     return list(dataset)

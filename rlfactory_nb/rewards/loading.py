@@ -13,11 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import RewardLoadError
 from rlfactory_nb.rewards.values import RewardFunction
-
-
-class RewardLoadError(ImportError):
-    """A reward spec that does not name a callable."""
 
 
 def load_reward(spec: str | RewardFunction, args: Mapping[str, Any] | None = None) -> RewardFunction:

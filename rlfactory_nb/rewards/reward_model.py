@@ -27,12 +27,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlfactory_nb.errors import RewardModelError
 from rlfactory_nb.rollout import template_bounds
 from rlfactory_nb.types import Message, Sample
-
-
-class RewardModelError(ValueError):
-    """A reward model that cannot be loaded or used as asked; the message names the folder."""
 
 
 class RewardModel:

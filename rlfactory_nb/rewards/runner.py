@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import RewardConfig
+from rlfactory_nb.errors import RewardError
 from rlfactory_nb.rewards.loading import load_reward
 from rlfactory_nb.rewards.values import (
     InvalidRewardValue,
@@ -57,16 +58,6 @@ class RewardFailure:
 
     def __str__(self) -> str:
         return f"reward function {self.function!r} on sample {self.sample_id!r}: {self.message}"
-
-
-class RewardError(RuntimeError):
-    """Reward functions failed and the runner was told to fail the step (`on_error="fail"`)."""
-
-    def __init__(self, failures: list[RewardFailure]):
-        self.failures = failures
-        shown = "\n".join(f"  - {failure}" for failure in failures[:5])
-        more = f"\n  ... and {len(failures) - 5} more" if len(failures) > 5 else ""
-        super().__init__(f"{len(failures)} reward failure(s):\n{shown}{more}")
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlfactory_nb.errors import InvalidRewardValue
+
 RewardReturn = float | dict[str, Any] | None
 RewardFunction = Callable[..., RewardReturn | Awaitable[RewardReturn]]
 """`def reward(sample: Sample) -> float | dict[str, float]`, sync or async; or a group reward"""
 
 _FIX = 'return a float, or a dict like {"score": 1.0, "component": 0.5}'
-
-
-class InvalidRewardValue(ValueError):
-    """A reward function returned something that is not a reward."""
 
 
 @dataclass(frozen=True)

@@ -25,16 +25,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rlfactory_nb.engines.base import Engine, SamplingParams
+from rlfactory_nb.errors import DriftError
 from rlfactory_nb.parsing import format_error_for_model, get_parser
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids
 from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn
 
 log = logging.getLogger(__name__)
-
-
-class DriftError(RuntimeError):
-    """drift_check="strict" and a rollout's ids differ from a full render of its messages."""
 
 
 @dataclass

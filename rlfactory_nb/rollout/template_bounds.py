@@ -15,14 +15,12 @@ import operator
 import re
 from typing import Any
 
+from rlfactory_nb.errors import TemplateBoundError
+
 MAX_VALUE_CHARS = 1_000_000
 """the longest string or list one `*` or `%` of a template may make (a real template's are < 1 KB)"""
 MAX_EXPONENT = 64
 _WIDTH = re.compile(r"%[-+ #0]*(\*|\d+)")
-
-
-class TemplateBoundError(ValueError):
-    """A chat template asked for a value past the bounds of this module."""
 
 
 def checked_binop(op: str, left: Any, right: Any) -> Any:
@@ -33,7 +31,7 @@ def checked_binop(op: str, left: Any, right: Any) -> Any:
     >>> checked_binop("*", "x", 1_500_000_000)
     Traceback (most recent call last):
     ...
-    rlfactory_nb.rollout.template_bounds.TemplateBoundError: a chat template asked for a value of 1500000000 items (str * 1500000000); the bound is 1000000
+    rlfactory_nb.errors.TemplateBoundError: a chat template asked for a value of 1500000000 items (str * 1500000000); the bound is 1000000
     """
     if op == "*":
         for sized, count in ((left, right), (right, left)):

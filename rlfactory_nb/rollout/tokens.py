@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlfactory_nb.errors import TemplateError
 from rlfactory_nb.rollout import template_bounds
 from rlfactory_nb.types import Message
 
@@ -26,10 +27,6 @@ _BASE: list[dict[str, Any]] = [
     {"role": "user", "content": "hi"},
     {"role": "assistant", "content": "ok", "reasoning_content": "r"},
 ]
-
-
-class TemplateError(ValueError):
-    """The chat template cannot be extended turn by turn (it rewrites earlier turns)."""
 
 
 def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, **options: Any) -> str:

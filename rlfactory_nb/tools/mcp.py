@@ -45,24 +45,13 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED, PaginatedRequestParams
 
+from rlfactory_nb.errors import HandshakeError, ServerStartError, ServerUnavailable
 from rlfactory_nb.tools.config import ServerConfig, python_command
 from rlfactory_nb.tools.validate import InvalidArguments
 
 logger = logging.getLogger(__name__)
 
 State = Literal["stopped", "starting", "running", "restarting", "failed"]
-
-
-class ServerUnavailable(RuntimeError):
-    """The server cannot answer: not started, crashed during the call, stopped, or failed to restart."""
-
-
-class ServerStartError(RuntimeError):
-    """A server did not start; the message names it and quotes the end of its stderr."""
-
-
-class HandshakeError(RuntimeError):
-    """A (re)start missed a bound of the handshake: no retry, the server is marked failed."""
 
 
 @dataclass(frozen=True)

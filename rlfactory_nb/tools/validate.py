@@ -24,6 +24,8 @@ import reprlib
 from collections.abc import Mapping
 from typing import Any
 
+from rlfactory_nb.errors import InvalidArguments  # noqa: F401  (re-exported where callers import it)
+
 MAX_DEPTH = 32
 """deepest nesting of objects and lists in arguments; tool arguments are shallow, and the MCP SDK
 left a request nested about 200 deep unanswered (the call hung until its timeout)"""
@@ -33,11 +35,6 @@ MAX_NAME_CHARS = 100
 """characters of a requested tool name echoed back to the model"""
 MAX_MESSAGE_CHARS = 1000
 """characters of a message about invalid arguments (it may quote them)"""
-
-
-class InvalidArguments(ValueError):
-    """Arguments no tool can be given (not valid Unicode, too deep, not JSON): the caller's fault,
-    never a crash of the server they were meant for."""
 
 
 _BITS_PER_DIGIT = math.log2(10)

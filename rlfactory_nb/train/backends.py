@@ -1,16 +1,89 @@
-"""Which backend runs a run's updates and engines: one process (`LocalBackend`) or Ray workers and
-engine actors (`RayBackend`), as `cluster.backend` says; and the check that `model.engine` names a
-registered engine kind, made before anything starts."""
+"""The backend contract, and which backend runs a run's updates and engines: one process
+(`LocalBackend`, "local") or Ray workers and engine actors (`RayBackend`, "ray"), as `cluster.backend`
+says; and the check that `model.engine` names a registered engine kind, made before anything starts.
+
+A backend gives the loop five things: `engine` (where rollouts are generated), `update` (one step's
+policy update), `sync_weights` (push the trainer's weights to the engines), the state a checkpoint
+stores (`checkpoint_model`, `optimizer_state`), and `close`. Both backends are registered by name
+(`register_backend`) and their modules loaded by name when a run asks for them: the Ray backend lives
+in `rlfactory_nb.cluster` (layer 5), above this one, which may not import it (docs/decisions.md).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.config_schema import ConfigError
+from rlfactory_nb.engines.base import Engine, engine_traits
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.train.batch import TrainBatch
+from rlfactory_nb.train.trainable import TrainingSetup
+
+
+class Backend(Protocol):
+    """What the training loop runs its updates and engines on."""
+
+    policy: Policy
+    """the driver's policy: its tokenizer for the agent, its model what `checkpoint_model` fills"""
+
+    @property
+    def engine(self) -> Engine:
+        """Where rollouts are generated (wrapped by the loop in a `VersionedEngine`)."""
+        ...
+
+    async def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
+        """One step's policy update; its metrics row."""
+        ...
+
+    async def sync_weights(self, version: int | None = None) -> None:
+        """Push the trainer's weights to the engines, as weights `version` (None: the next)."""
+        ...
+
+    async def checkpoint_model(self) -> torch.nn.Module:
+        """The model with the trained weights, as a checkpoint writes it."""
+        ...
+
+    async def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's state in plain torch layout."""
+        ...
+
+    def actors(self) -> dict[str, Any]:
+        """The Ray actors it runs on, by the role an error names them with (none for one process)."""
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+BackendFactory = Callable[[RunConfig, Policy, "dict[str, Any] | None", "torch.nn.Module | None", int], Backend]
+"""(cfg, policy, optimizer_state, reference, version) -> Backend; every backend's constructor"""
+
+BACKEND_MODULES = {"local": "rlfactory_nb.train.local", "ray": "rlfactory_nb.cluster.workers"}
+"""the module that registers each backend, imported by name when a run first asks for it"""
+_BACKENDS: dict[str, BackendFactory] = {}
+
+
+def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
+    """Register a backend class (or factory) under `name`."""
+
+    def decorate(factory: BackendFactory) -> BackendFactory:
+        _BACKENDS[name] = factory
+        return factory
+
+    return decorate
+
+
+def backend_factory(name: str) -> BackendFactory:
+    if name not in _BACKENDS and name in BACKEND_MODULES:
+        importlib.import_module(BACKEND_MODULES[name])
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted({*BACKEND_MODULES, *_BACKENDS})}")
+    return _BACKENDS[name]
 
 
 def make_backend(
@@ -19,22 +92,25 @@ def make_backend(
     optimizer_state: dict[str, Any] | None,
     reference: torch.nn.Module | None,
     version: int = 0,
-) -> Any:
+) -> Backend:
     """The local backend (one process) or Ray workers, as cluster.backend says (see ClusterConfig);
     its engines start with weights `version` (the step the run starts from)."""
-    if uses_ray(cfg):
-        from rlfactory_nb.cluster.workers import RayBackend
+    factory = backend_factory("ray" if uses_ray(cfg) else "local")
+    return factory(cfg, policy, optimizer_state, reference, version)
 
-        return RayBackend(cfg, policy, optimizer_state, reference, version)
-    from rlfactory_nb.train.local import LocalBackend
 
-    return LocalBackend(cfg, policy, optimizer_state, reference, version)
+def kl_reference(
+    cfg: RunConfig, training: TrainingSetup, model: torch.nn.Module, reference: torch.nn.Module | None = None
+) -> torch.nn.Module | None:
+    """The KL reference a backend trains against: the one given (a full fine-tune's frozen start);
+    else, with grpo.kl_coef under LoRA, the trained `model` with its adapters switched off (no copy)."""
+    if reference is None and cfg.grpo.kl_coef and training.lora is not None:
+        return training.reference(model)
+    return reference
 
 
 def check_engine_kind(kind: str) -> None:
     """model.engine names a registered engine (`rlfactory_nb.engines.register_engine`)."""
-    from rlfactory_nb.engines import engine_traits
-
     try:
         engine_traits(kind)
     except ValueError as error:

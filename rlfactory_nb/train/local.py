@@ -11,10 +11,8 @@ weights in the compute dtype (one more model in memory), synced after each updat
 from weights the optimizer is changing would mix versions within a token. On a GPU one process is
 colocated, and the run stays synchronous (`rlfactory_nb.train.pipeline.effective_staleness`).
 
-A backend gives the loop four things: `engine` (where rollouts are generated), `update` (one step's
-policy update), `sync_weights` (push the trainer's weights to the engines) and the state a checkpoint
-stores (`checkpoint_model`, `optimizer_state`). `rlfactory_nb.cluster.workers.RayBackend` is the same
-contract over Ray actors.
+The backend contract is `rlfactory_nb.train.backends.Backend`; `rlfactory_nb.cluster.workers.RayBackend`
+is the same contract over Ray actors.
 """
 
 from __future__ import annotations
@@ -26,19 +24,23 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.engines import create_engine, engine_traits
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.engines.base import Engine, engine_traits
+from rlfactory_nb.engines.build import EngineSource, InMemory, Snapshot, build_engine, dtype_name
+from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.train.backends import kl_reference, register_backend
 from rlfactory_nb.train.batch import TrainBatch
-from rlfactory_nb.train.engine_actors import build_model
 from rlfactory_nb.train.pipeline import effective_staleness
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 
 
+@register_backend("local")
 class LocalBackend:
     def __init__(
         self,
-        cfg: Any,
-        policy: Any,
+        cfg: RunConfig,
+        policy: Policy,
         optimizer_state: dict[str, Any] | None = None,
         reference: torch.nn.Module | None = None,
         version: int = 0,
@@ -49,40 +51,42 @@ class LocalBackend:
         self.optimizer = make_optimizer(policy.model, cfg)
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
-        if reference is None and cfg.grpo.kl_coef and cfg.model.lora is not None:
-            reference = self.training.reference(policy.model)  # the adapters switched off
-        self.reference = reference
+        self.reference = kl_reference(cfg, self.training, policy.model, reference)
         self.threads = max(1, int(cfg.cluster.cpus_per_worker))
         # The update runs in its own thread, off the event loop, with the intra-op thread count set
         # there (it is per thread): see `_make_engine` for why more threads are slower on a busy CPU.
         self._executor = ThreadPoolExecutor(
             1, "LocalBackend", initializer=torch.set_num_threads, initargs=(self.threads,)
         )
-        self.engine = self._make_engine(cfg)
+        self.engine: Engine = self._make_engine(cfg)
 
-    def _make_engine(self, cfg: Any) -> Any:
-        if engine_traits(cfg.model.engine).loads == "objects":
+    def _make_engine(self, cfg: RunConfig) -> Engine:
+        kind, compute = cfg.model.engine, self.training.precision.compute
+        if engine_traits(kind).loads == "objects":
             # One intra-op thread per reserved CPU: on a busy CPU, extra OpenMP threads spin against each
             # other (a 13.6 s rollout step took 72 s with torch's default threads; see engines/hf.py).
-            return create_engine(
-                cfg.model.engine,
-                (self._engine_model(cfg), self.policy.tokenizer),
-                seed=cfg.grpo.seed,
-                num_threads=self.threads,
-                compute_dtype=self.training.precision.compute,
+            source, weights = self._engine_source(cfg)
+            return build_engine(
+                kind, source, weights, self.policy.device,
+                seed=cfg.grpo.seed, num_threads=self.threads, compute_dtype=compute,
             )
-        # The engine computes in the run's compute dtype, named explicitly: vLLM's "auto" would
-        # downcast a float32 checkpoint to bfloat16 on CPU (a 4e-3 logprob gap measured).
-        dtype = str(self.training.precision.compute).removeprefix("torch.")
-        folder = self.policy.base_path or self.policy.path  # LoRA: the base; merged weights follow
-        return create_engine(cfg.model.engine, str(folder), seed=cfg.grpo.seed, dtype=dtype)
+        # The engine computes in the run's compute dtype, named explicitly (build_engine says why);
+        # LoRA: it loads the base, and the merged weights follow by sync.
+        return build_engine(kind, self._snapshot(), seed=cfg.grpo.seed)
 
-    def _engine_model(self, cfg: Any) -> torch.nn.Module:
+    def _engine_source(self, cfg: RunConfig) -> tuple[EngineSource, dict[str, torch.Tensor] | None]:
         """The trained model itself, or (asynchronous) a copy of its weights for the engine alone."""
         if effective_staleness(cfg, self.policy.device.type, uses_ray=False)[0] == 0:
-            return self.policy.model
-        weights = self.training.engine_weights(self.policy.model.state_dict())
-        return build_model(self.policy.model.config, weights, self.policy.device, self.training.precision.compute)
+            return InMemory(self.policy.model, self.policy.tokenizer), None
+        return self._snapshot(), self._engine_weights()
+
+    def _snapshot(self) -> Snapshot:
+        policy = self.policy
+        dtype = dtype_name(self.training.precision.compute)
+        return Snapshot(policy.model.config, policy.tokenizer, dtype, str(policy.base_path or policy.path))
+
+    def _engine_weights(self) -> dict[str, torch.Tensor]:
+        return self.training.engine_weights(self.policy.model.state_dict())
 
     @property
     def shares_model(self) -> bool:
@@ -98,13 +102,16 @@ class LocalBackend:
     async def sync_weights(self, version: int | None = None) -> None:
         """Push the weights to the engine (nothing to do when it serves the trained model itself)."""
         if not self.shares_model:
-            await self.engine.update_weights(self.training.engine_weights(self.policy.model.state_dict()))
+            await self.engine.update_weights(self._engine_weights(), version)
 
     async def checkpoint_model(self) -> torch.nn.Module:
         return self.policy.model
 
     async def optimizer_state(self) -> dict[str, Any]:
         return self.optimizer.state_dict()
+
+    def actors(self) -> dict[str, Any]:
+        return {}  # one process: nothing can die apart from it
 
     async def close(self) -> None:
         await self.engine.close()

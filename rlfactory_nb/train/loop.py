@@ -23,8 +23,10 @@ checkpoint to resume from.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -38,18 +40,20 @@ from rlfactory_nb._async import maybe_await, run_sync
 from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
-from rlfactory_nb.data.rows import PromptOrder, load_rows
+from rlfactory_nb.data.rows import PromptOrder
+from rlfactory_nb.errors import StepFailed
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
-from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.rollout.seeds import SampleId
-from rlfactory_nb.runtime import ExtraTools, build_tools
+from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
+from rlfactory_nb.train.failures import backend_actors, describe_failure, is_actor_death
 from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics
 from rlfactory_nb.train.pipeline import (
     RolloutPipeline,
@@ -64,12 +68,9 @@ from rlfactory_nb.train.versioned_engine import VersionedEngine
 from rlfactory_nb.types import Sample, Trajectory, save_jsonl
 
 StepCallback = Callable[[dict[str, Any]], Any]
+StopEvent = asyncio.Event | threading.Event  # what `train` checks between steps: `is_set()`
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-
-class StepFailed(RuntimeError):
-    """The backend failed during a step (e.g. a worker process died); the message says how to resume."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class TrainResult:
 
 
 class Trainer:
-    """One run: owns the policy, tools, reward runner, backend and the run folder. `start` first."""
+    """One run: owns the policy, the runtime (runtime.py), the backend and the run folder. `start` first."""
 
     def __init__(
         self,
@@ -103,7 +104,7 @@ class Trainer:
         self.reward = reward  # built in `start`, once the run folder's objects are known
         self.run_dir = cfg.run_dir
         self.step = 0
-        self.tools: Any = None
+        self.runtime: Runtime | None = None
         self.backend: Any = None
         self.last_checkpoint: Path | None = None
 
@@ -113,12 +114,11 @@ class Trainer:
         cfg = self.cfg
         checkpoint = self._resume_point(resume)
         self._keep_objects(resume)
-        objects = self.objects
-        self.reward = self.reward or RewardRunner.from_config(cfg.reward, objects.reward)
-        # Data first: a wrong path must fail before the backend starts Ray workers.
-        self.train_rows = objects.train_data or load_rows(cfg.data.train)
-        eval_rows = objects.eval_data or (load_rows(cfg.data.eval, cfg.data.eval_size) if cfg.grpo.eval_every else [])
-        self.eval_rows = eval_rows[: cfg.data.eval_size] if cfg.grpo.eval_every else []
+        # The tools file, reward and data first: a mistake must fail before the backend starts workers.
+        self.runtime = Runtime.from_config(cfg, self.objects, reward=self.reward)
+        self.reward = self.runtime.reward
+        self.train_rows = self.runtime.train_rows()
+        self.eval_rows = self.runtime.eval_rows() if cfg.grpo.eval_every else []
         self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
         check_engine_kind(cfg.model.engine)
         # The dtypes and LoRA targets are checked here too, before anything starts.
@@ -137,12 +137,12 @@ class Trainer:
         self.policy.model = self.setup.prepare(self.policy.model)
         self.metrics = MetricsWriter(self.run_dir, wandb_project=cfg.wandb_project, config=cfg.to_dict())
         self.metrics.truncate_after(self.step)
-        self.tools = await self._start_tools()
+        await self.runtime.start()
         self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint), self.step)
         if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
             await self.backend.sync_weights(self.step)
         self.engine = VersionedEngine(self.backend.engine, self.step)
-        self.agent = self._agent(cfg.rollout.temperature)
+        self.agent = self.runtime.use(self.engine, self.policy).agent()
         self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, uses_ray(cfg))
         log.info("%s: %s", cfg.name, mode)
         self.pipeline = RolloutPipeline(self._draw, self.max_staleness, self.step, cfg.grpo.steps)
@@ -185,13 +185,6 @@ class Trainer:
             return self.setup.reference(self.policy.model)
         return self.setup.reference(self._load(self.cfg.model.name).model)
 
-    async def _start_tools(self) -> Any:
-        tools = build_tools(self.cfg, self.objects.tools)
-        return None if tools is None else await tools.start()
-
-    def _agent(self, temperature: float) -> Agent:
-        return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature)
-
     # ------------------------------------------------------------------ one step
 
     async def step_once(self) -> dict[str, Any]:
@@ -228,7 +221,8 @@ class Trainer:
             **timer.seconds(),
             **self._overlap(trained, ready.waited_s, timer),
         }
-        row["throughput/sampled_tokens_per_s"] = _sampled(groups) / max(row["time/rollout_s"], 1e-9)
+        sampled = sum(traj.num_sampled_tokens for group in groups for traj in group)
+        row["throughput/sampled_tokens_per_s"] = sampled / max(row["time/rollout_s"], 1e-9)
         row["time/step_s"] = time.perf_counter() - started
         return row
 
@@ -268,7 +262,6 @@ class Trainer:
         try:
             return await work
         except Exception as error:
-            from rlfactory_nb.cluster.failures import backend_actors, describe_failure, is_actor_death
 
             if actor_deaths_only and not is_actor_death(error):
                 raise
@@ -314,7 +307,7 @@ class Trainer:
     async def evaluate(self) -> dict[str, float]:
         """Held-out reward, one rollout per prompt: sampled (run temperature) and greedy; the same
         pass as `rf.evaluate` (eval.py), as metrics."""
-        results = await held_out_rollouts(self.cfg, self._agent, self.eval_rows, self.reward)
+        results = await held_out_rollouts(self.cfg, self.runtime.agent, self.eval_rows, self.reward)
         return held_out_metrics(results)
 
     async def save_checkpoint(self) -> Path:
@@ -332,7 +325,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the run
 
-    async def run(self, on_step: StepCallback | None = None, stop_event: Any = None) -> TrainResult:
+    async def run(self, on_step: StepCallback | None = None, stop_event: StopEvent | None = None) -> TrainResult:
         cfg = self.cfg.grpo
         row: dict[str, Any] = {}
         self._mark = (time.perf_counter(), self.engine.busy_seconds())
@@ -370,15 +363,15 @@ class Trainer:
             self.metrics.close()
         if self.backend is not None:
             await self.backend.close()
-        if self.tools is not None:
-            await self.tools.stop()
+        if self.runtime is not None:
+            await self.runtime.close()
 
 
 async def train(
     cfg: RunConfig,
     policy: Policy | None = None,
     on_step: StepCallback | None = None,
-    stop_event: Any = None,
+    stop_event: StopEvent | None = None,
     resume: bool = False,
     reward: RewardRunner | RewardFunction | Mapping[str, RewardFunction] | None = None,
     tools: ExtraTools | None = None,
@@ -407,10 +400,3 @@ async def train(
 def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:
     """`train` from a plain script or a notebook cell."""
     return run_sync(train(cfg, **options))
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _sampled(groups: list[list[Trajectory]]) -> int:
-    return sum(traj.num_sampled_tokens for group in groups for traj in group)

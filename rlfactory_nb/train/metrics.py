@@ -83,6 +83,7 @@ STEP_KEYS = (
 def groups_metrics(step: int, drawn: Any, trained_groups: int, advantages: Any, masked: int) -> dict[str, float]:
     """A step's row from what it drew (`rlfactory_nb.train.selection.StepGroups`): rewards, rollouts,
     sampling rounds, group counts and the advantages of the trained groups."""
+    # deferred: torch; reading metrics (read_metrics, the dashboard) needs none
     from rlfactory_nb.algo.advantages import zero_variance_groups
 
     outcomes = [outcome for group in drawn.outcomes for outcome in group]

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 
+from rlfactory_nb.engines.build import cpu_state
 from rlfactory_nb.models.precision import Precision, fsdp_policy
 from rlfactory_nb.train.logprobs import causal_lm
 
@@ -99,8 +100,7 @@ def full_state_dict(model: torch.nn.Module, on_cpu: bool = True) -> dict[str, to
         options = StateDictOptions(full_state_dict=True, cpu_offload=on_cpu)
         return get_model_state_dict(model, options=options)
     module = getattr(model, "module", model)  # DDP keeps the model in .module
-    state = module.state_dict()
-    return {name: tensor.detach().cpu() for name, tensor in state.items()} if on_cpu else state
+    return cpu_state(module) if on_cpu else module.state_dict()
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -22,7 +22,10 @@ from typing import Any
 import torch
 
 from rlfactory_nb.models import lora as lora_adapters
+from rlfactory_nb.models.lora import is_adapted
 from rlfactory_nb.models.precision import Precision, apply_dtypes, engine_state
+
+__all__ = ["TrainingSetup", "is_adapted"]
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,3 @@ class TrainingSetup:
             return lora_adapters.AdaptersDisabled(model)
         reference = copy.deepcopy(model).to(self.precision.compute)
         return reference.eval().requires_grad_(False)
-
-
-def is_adapted(model: torch.nn.Module) -> bool:
-    """True for a peft model (LoRA adapters applied)."""
-    return hasattr(getattr(model, "module", model), "disable_adapter")

@@ -8,7 +8,7 @@ version: every token of a Generation was sampled by its stamped version or a new
 therefore a lower bound, which is the safe side for a staleness bound (asynchronous GRPO never
 trains on a sample older than it says).
 
-Engines that know their own weights version (engine actors: `EngineActor.version`) report it in
+Engines that know their own weights version (engine actors: `rlfactory_nb.engines.versioned`) report it in
 `Generation.policy_version`; one that reports less than the driver last sent it (an engine that
 restarted with its first weights) fails the request with `StaleSamples` rather than let a step train
 on samples labelled with weights that did not make them.
@@ -19,39 +19,27 @@ share over a step is `busy_seconds()` difference / the step's wall time.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Mapping
-from typing import Any
 
-import torch
-
-from rlfactory_nb.engines.base import Generation, SamplingParams
+from rlfactory_nb.engines.base import Engine, Generation, SamplingParams
+from rlfactory_nb.engines.versioned import StampedEngine, stamp
+from rlfactory_nb.errors import StaleSamples
 
 
-class StaleSamples(RuntimeError):
-    """Samples from weights other than their label says, or outside the staleness bound."""
+class VersionedEngine(StampedEngine):
+    """The engine contract over `engine`, with `version` stamped on every Generation (the one
+    version rule: `rlfactory_nb.engines.versioned`), checked against what the engine reports."""
 
-
-class VersionedEngine:
-    """The engine contract over `engine`, with `version` stamped on every Generation."""
-
-    def __init__(self, engine: Any, version: int = 0):
-        self.engine = engine
-        self.version = version
-        """the version the engines' weights stand for (set after each step)"""
+    def __init__(self, engine: Engine, version: int = 0):
+        super().__init__(engine, version)
         self.sent_version = version
         """the version of the last weights sent to the engines (steps without an update send none)"""
         self._in_flight = 0
         self._busy = 0.0
         self._busy_since = 0.0
 
-    @property
-    def stop_token_ids(self) -> tuple[int, ...]:
-        return self.engine.stop_token_ids
-
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        version, sent = self.version, self.sent_version
+        version, sent = self.version, self.sent_version  # as the request is sent (the version rule)
         self._enter()
         try:
             generation = await self.engine.generate(prompt_ids, sampling)
@@ -64,19 +52,7 @@ class VersionedEngine:
                 f"version {sent} before the request: it restarted with older weights. The run stops "
                 "rather than train on mislabelled samples; resume it from the last checkpoint."
             )
-        return dataclasses.replace(generation, policy_version=version)
-
-    async def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        await self.engine.update_weights(state_dict)
-
-    async def sleep(self) -> None:
-        await self.engine.sleep()
-
-    async def wake_up(self) -> None:
-        await self.engine.wake_up()
-
-    async def close(self) -> None:
-        await self.engine.close()
+        return stamp(generation, version)
 
     def busy_seconds(self) -> float:
         """Wall seconds so far with at least one request in flight."""
@@ -91,7 +67,3 @@ class VersionedEngine:
         self._in_flight -= 1
         if self._in_flight == 0:
             self._busy += time.perf_counter() - self._busy_since
-
-    def __getattr__(self, name: str) -> Any:
-        # Engine-specific attributes (an hf engine's model, a vLLM engine's broadcast hooks) stay reachable.
-        return getattr(self.__dict__["engine"], name)

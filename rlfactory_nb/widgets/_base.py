@@ -23,6 +23,7 @@ import ipywidgets as widgets
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.widgets.front_end import headless
+from rlfactory_nb.widgets.static import figure_svg_html
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -125,7 +126,6 @@ class StaticFallback:
 
 def figure_html(figure: Any) -> str:
     """A finished single-plot plotly figure as static SVG (no script, drawn offline)."""
-    from rlfactory_nb.widgets.static import figure_svg_html
 
     return figure_svg_html(figure)
 

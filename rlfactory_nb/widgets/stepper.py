@@ -18,6 +18,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from rlfactory_nb.rollout.agent import Agent, AgentSession
+from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.types import Message, Trajectory, Turn
 from rlfactory_nb.widgets._base import StaticFallback, error_area, home_loop, run_callback
 from rlfactory_nb.widgets.registry import register_view
@@ -38,7 +39,11 @@ class RolloutStepper(StaticFallback, widgets.VBox):
     """One rollout of `agent` from `prompt`, a turn at a time; also the view a core module gets
     for an agent: `view_of(agent, prompt=...)` (rlfactory_nb/_views.py)."""
 
-    def __init__(self, agent: Agent, prompt: str | Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None):
+    def __init__(
+        self, agent: Agent | Runtime, prompt: str | Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None
+    ):
+        """`agent`: an Agent, or a run's Runtime (its tools started), stepped with `runtime.agent()`."""
+        agent = agent.agent() if isinstance(agent, Runtime) else agent
         self.agent = agent
         self.messages = as_messages(prompt)
         self.metadata = dict(metadata or (prompt.get("metadata") if isinstance(prompt, dict) else None) or {})

@@ -83,7 +83,7 @@ async def test_an_engine_that_dies_mid_rollout_fails_the_step_by_name(cluster, t
 
     engine = cluster.engine("tiny-calculator")
     stepper = rf.RolloutStepper(rf.Agent.from_config(cfg, tiny_policy, tools, engine=engine), "What is 7*8?")
-    ray.kill(engine.actor, no_restart=True)
+    ray.kill(engine.actors[0], no_restart=True)
     with pytest.raises(EngineActorDied, match=f"engine actor {engine.name}.*died.*cluster.engine"):
         await stepper.next_turn()
     again = cluster.engine("tiny-calculator")  # a new one works

@@ -17,6 +17,7 @@ import pytest
 
 import rlfactory_nb as rf
 from rlfactory_nb.cluster import launch
+from rlfactory_nb.cluster.preflight import absolute_paths
 from rlfactory_nb.cluster.shipping import ShippingError, runtime_env, unstage
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import ObjectTransferError
@@ -140,3 +141,18 @@ def test_a_job_finds_its_files_after_the_launch_folder_is_gone(tmp_path, monkeyp
     assert job.wait(timeout_s=400) == "finished", job.logs()
     assert job.metrics()[0]["reward/mean"] == 0.25
     assert "whisper" in (job.run_dir / "code" / "tools.py").read_text()
+
+
+def test_launch_names_every_file_it_reads_by_an_absolute_path_then_ships_it_relative(tmp_path, monkeypatch):
+    """cluster/preflight.py and shipping read the same `config_paths`: what the kernel made absolute
+    inside the project folder is relative again for the driver, with a reward's `:function` kept."""
+    inside = project(tmp_path / "proj")
+    monkeypatch.chdir(inside)
+    cfg = absolute_paths(config(tmp_path / "runs", "x"))
+    assert cfg.reward.function == f"{inside}/myreward.py:half" and cfg.data.train == str(inside / "train.jsonl")
+    assert cfg.tools.config == str(inside / "tools.yaml") and cfg.output_dir == str(tmp_path / "runs")
+    assert cfg.model.name == "tiny-calculator" and cfg.data.eval == "synthetic:calculator-heldout"
+    monkeypatch.syspath_prepend(str(inside))
+    _, driver_cfg, staged = runtime_env(cfg, inside)
+    assert (driver_cfg.reward.function, driver_cfg.data.train, driver_cfg.tools.config) == ("myreward.py:half", "train.jsonl", "tools.yaml")
+    assert not staged

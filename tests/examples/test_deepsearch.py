@@ -26,7 +26,7 @@ from rlfactory_nb.recipes.deepsearch.convert import main as convert
 from rlfactory_nb.rewards.samples import make_sample
 from rlfactory_nb.tools import ToolSet
 from rlfactory_nb.tools.servers.search import BM25, load_corpus
-from rlfactory_nb.types import ParseError, Turn
+from rlfactory_nb.types import MalformedCall, Turn
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "deepsearch"
@@ -252,7 +252,7 @@ def test_training_reward_adds_a_small_format_term():
     }
     assert training_reward(make_sample("Nethby", ground_truth=gold))["score"] == 0.0
     broken = make_sample(
-        Turn("<tool_call>{bad", parse_errors=[ParseError("bad JSON")]),
+        Turn("<tool_call>{bad", parse_errors=[MalformedCall("bad JSON")]),
         "<answer>Nethby</answer>",
         ground_truth=gold,
     )

@@ -1,7 +1,7 @@
 """Hostile model output (issue 19): text built to break the parser, the ToolSet or a tool server.
 Lone surrogates, nesting 100,000 deep, integers too long to print, megabyte tool names, a `round` that
 computes 10**10**7, and tags repeated to make a parser quadratic. Each comes back as a ToolResult or a
-ParseError, quickly, and the real calculator server (over stdio, started once for the module) keeps
+MalformedCall, quickly, and the real calculator server (over stdio, started once for the module) keeps
 serving: after every case an ordinary call still gets its answer."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Untrusted model output: empty, cut off, malformed, unknown tools, wrong argument types, calls in
-think blocks, call floods, and random text. Each becomes a ToolResult or a ParseError the model reads,
+think blocks, call floods, and random text. Each becomes a ToolResult or a MalformedCall the model reads,
 is counted in the rollout metrics, and nothing raises (property tests feed the parser and the whole
 agent loop with random and adversarial text)."""
 

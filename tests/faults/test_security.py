@@ -150,7 +150,8 @@ DYNAMIC_IMPORTS = {
     ("rewards/loading.py", "exec_module"),  # reward.function given as a file path in the run config
     ("tools/python.py", "import_module"),  # functions: entries of the tools config
     ("algo/registry.py", "import_module"),  # grpo.loss given as module:function in the run config
-    ("cli.py", "import_module"),  # a subcommand's own module, named in cli.py itself
+    ("cli/__init__.py", "import_module"),  # a subcommand's own module, named in the CLI itself
+    ("train/backends.py", "import_module"),  # a backend's module from the constant BACKEND_MODULES
     ("cluster/shipping.py", "import_module"),  # the package launch staged the config's files into
     ("_views.py", "import_module"),  # the constant "rlfactory_nb.widgets", when a view is asked for
 }

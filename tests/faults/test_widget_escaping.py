@@ -18,7 +18,7 @@ from rlfactory_nb.eval import EvalComparison, EvalReport, EvalRow
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools import ToolSet
-from rlfactory_nb.types import ParseError, ToolCall, ToolResult, Trajectory, Turn, save_jsonl
+from rlfactory_nb.types import MalformedCall, ToolCall, ToolResult, Trajectory, Turn, save_jsonl
 from rlfactory_nb.widgets._base import StaticFallback
 from rlfactory_nb.widgets.dashboard import TrainingDashboard, rollout_label, rollout_order
 from rlfactory_nb.widgets.eval import comparison_view, report_view
@@ -59,7 +59,7 @@ def hostile_trajectory(id: str = TAG) -> Trajectory:
         num_tokens=3,
         calls=[ToolCall(TAG, {TAG: TAG})],
         results=[ToolResult(TAG, "ok", TAG)],
-        parse_errors=[ParseError(TAG)],
+        parse_errors=[MalformedCall(TAG)],
         finish_reason=TAG,
         policy_version=TAG,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlfactory_nb.parsing import format_error_for_model, get_parser, parser_names
-from rlfactory_nb.types import ParseError
+from rlfactory_nb.types import MalformedCall
 
 CALC = '{"name": "calculator", "arguments": {"expression": "12*3"}}'
 
@@ -244,5 +244,5 @@ def test_format_error_for_model_quotes_the_call() -> None:
 
 
 def test_format_error_for_model_shortens_long_calls() -> None:
-    text = format_error_for_model(ParseError("bad", raw="x" * 10_000))
+    text = format_error_for_model(MalformedCall("bad", raw="x" * 10_000))
     assert len(text) < 400 and text.endswith("...")

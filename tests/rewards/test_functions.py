@@ -16,7 +16,7 @@ from rlfactory_nb.rewards import (
     tool_error_penalty,
     tool_success_rate,
 )
-from rlfactory_nb.types import ParseError, Sample, ToolResult, Turn
+from rlfactory_nb.types import MalformedCall, Sample, ToolResult, Turn
 
 
 def answer(text: str, ground_truth: object) -> Sample:
@@ -108,7 +108,7 @@ def test_numeric_match_tolerance_is_configurable() -> None:
 
 OK = ToolResult("calculator", "ok", "36")
 FAILED = ToolResult("calculator", "timeout", "timed out")
-BAD_BLOCK = ParseError("not valid JSON")
+BAD_BLOCK = MalformedCall("not valid JSON")
 
 
 def test_format_ok() -> None:

@@ -1,4 +1,4 @@
-"""Group rewards (`@rf.group_reward`, `LLMJudge.as_group_reward`) in the runner: one call per group,
+"""Group rewards (`@rf.rewards.group_reward`, `LLMJudge.as_group_reward`) in the runner: one call per group,
 the runner's timeout and failure counting, and the RewardLab's table."""
 
 import asyncio

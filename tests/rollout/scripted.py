@@ -26,7 +26,7 @@ class ScriptedEngine:
         ids = ids + [self.tokenizer.eos_token_id]
         return Generation(ids, [-0.5] * len(ids), "stop")
 
-    async def update_weights(self, state_dict):
+    async def update_weights(self, state_dict, version=None):
         pass
 
     async def close(self):

@@ -1,8 +1,13 @@
 """RolloutStepper: one turn per click, the same trajectory agent.rollout makes, errors shown in the view."""
 
+from rollout.scripted import ScriptedEngine  # tests/ is on sys.path (rootdir-relative packages)
+
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.widgets.stepper import RolloutStepper
 
-from .conftest import CALL, scripted_agent
+from .conftest import CALL, add, scripted_agent
 
 REPLIES = {"2+3": [CALL.format(a=2, b=3), CALL.format(a=5, b=0), "<answer>5</answer>"]}
 
@@ -48,3 +53,16 @@ def test_buttons_run_turns_and_errors_land_in_the_output(tokenizer):
     stepper.next_button.click()
     errors = "".join(output.get("text", "") for output in stepper.errors.outputs)
     assert "AttributeError" in errors and not stepper._busy
+
+
+async def test_a_runtime_is_stepped_with_its_agent(tokenizer):
+    """`RolloutStepper(runtime, prompt)`: the run's tools and limits, the same turns as its Agent."""
+    cfg = RunConfig(name="x").replace({"rollout.max_turns": 4})
+    runtime = await Runtime.from_config(cfg, RunObjects.of(tools=[add]), engine=ScriptedEngine(tokenizer, REPLIES)).start()
+    try:
+        stepper = RolloutStepper(runtime, "What is 2+3?")
+        await stepper.run_to_end()
+        assert stepper.agent.tools is runtime.tools and stepper.trajectory.num_turns == 3
+        assert stepper.trajectory.turns[0].results[0].content == "5"
+    finally:
+        await runtime.close()

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from rlfactory_nb.models.files import ModelFilesError, forbid_preset_builds, node_name
+from rlfactory_nb.models.node import ModelFilesError, forbid_preset_builds, node_name
 from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template

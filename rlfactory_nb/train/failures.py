@@ -11,19 +11,18 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlfactory_nb.train.backends import Backend
 
 _PID = re.compile(r"\bpid: (\d+)")
 _EXIT_DETAIL = re.compile(r"(?:Worker exit detail|The actor is dead because)[:]? ([^\n]+)")
 
 
-def backend_actors(backend: Any) -> dict[str, Any]:
+def backend_actors(backend: Backend) -> dict[str, Any]:
     """The backend's Ray actors by role (empty for a backend without any, such as LocalBackend)."""
-    workers = list(getattr(backend, "workers", None) or [])
-    engines = list(getattr(getattr(backend, "engine", None), "actors", None) or [])
-    named = {f"policy worker {rank} of {len(workers)}": worker for rank, worker in enumerate(workers)}
-    named.update({f"engine actor {index}": actor for index, actor in enumerate(engines)})
-    return named
+    return backend.actors()
 
 
 def is_actor_death(error: BaseException) -> bool:

@@ -1,0 +1,49 @@
+"""What `launch` does in the kernel before anything starts on the cluster: check the config and
+give the driver paths that hold wherever it runs.
+
+A mistake in what the config names (a reward function, a tools file, a dataset) is raised here, in
+the notebook cell, rather than inside the driver after it took its CPUs. The paths the config names
+(`config_paths`) become absolute, so the driver finds them whatever its working directory; those
+inside the shipped project folder become relative again there (cluster/shipping.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlfactory_nb.config import RunConfig, config_paths
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.data.rows import load_rows
+from rlfactory_nb.models import presets
+from rlfactory_nb.models.files import model_folder
+from rlfactory_nb.rewards.loading import load_reward
+from rlfactory_nb.tools.config import load_tools_config
+from rlfactory_nb.tools.python import load_function
+
+
+def check_named(cfg: RunConfig, objects: RunObjects) -> None:
+    """Load what the config names (reward function, tools file, datasets) unless `objects` replace
+    it, and check that the workers can import the modules it names."""
+    if objects.reward is None:
+        load_reward(cfg.reward.function, cfg.reward.args)
+    if cfg.tools.config is not None:
+        for function in load_tools_config(cfg.tools.config).functions:
+            if isinstance(function.target, str):
+                load_function(function.target)
+    if objects.train_data is None:
+        load_rows(cfg.data.train, 1)
+    if cfg.grpo.eval_every and objects.eval_data is None:
+        load_rows(cfg.data.eval, 1)
+
+
+def absolute_paths(cfg: RunConfig) -> RunConfig:
+    """`cfg` with the run folder, the files it reads that exist here, and a local model folder named
+    by absolute paths (model weights never travel with the project folder: storage every node mounts)."""
+    overrides = {}
+    for named in config_paths(cfg):
+        if named.kind == "output" or (named.kind == "input" and named.path.exists()):
+            overrides[named.key] = named.value(named.path.resolve())
+    folder = model_folder(cfg.model.name, log=lambda _: None)
+    if isinstance(folder, Path) and cfg.model.name not in presets.PRESETS:
+        overrides["model.name"] = str(folder.resolve())
+    return cfg.replace(overrides)

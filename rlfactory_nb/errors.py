@@ -1,0 +1,196 @@
+"""Every error rlfactory-nb raises to a user, in one tree: `except rf.RLFactoryError` catches them all.
+
+    RLFactoryError
+    ├── ConfigError (ValueError)
+    ├── DataError: DatasetError (ValueError), ObjectTransferError (TypeError),
+    │              UntrustedRunObjects (PermissionError)
+    ├── ModelError: ModelFilesError (FileNotFoundError), RemoteCodeError (ValueError),
+    │               CheckpointError (RuntimeError)
+    ├── EngineError: EngineUnavailableError (ImportError), EngineActorDied, InsufficientResources
+    │                (RuntimeError)
+    ├── ToolError: ServerStartError, ServerUnavailable, HandshakeError (RuntimeError),
+    │              InvalidArguments (ValueError)
+    ├── RolloutError: TemplateError, TemplateBoundError (ValueError), DriftError (RuntimeError)
+    ├── ScoringError: RewardError, JudgeError (RuntimeError), InvalidRewardValue, JudgeParseError,
+    │                 RewardModelError (ValueError), RewardLoadError (ImportError)
+    ├── TrainingError (RuntimeError): StepFailed, StaleSamples
+    └── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError
+
+One base per family (what failed), and each error keeps the built-in it had before (what kind of
+failure), so an `except ValueError` written against an earlier version catches what it caught. A
+family base subclasses a built-in only where every member shares it; in the mixed families a shared
+built-in would make, say, `except RuntimeError` start catching a JudgeParseError.
+
+The modules that raise these import them from here (and their old names still work: `from
+rlfactory_nb.rewards.judge import JudgeError`). Standard library only, so any module, a tool server
+included, can import it without loading torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class RLFactoryError(Exception):
+    """The root: every error rlfactory-nb raises on purpose; `except rf.RLFactoryError` catches them all."""
+
+
+class ConfigError(RLFactoryError, ValueError):
+    """A config (file, overrides or papermill parameters) has problems, each naming its key and the fix."""
+
+    def __init__(self, problems: list[str], source: str = ""):
+        self.problems = problems
+        where = f" in {source}" if source else ""
+        super().__init__(f"invalid config{where}:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class DataError(RLFactoryError):
+    """A run's inputs (dataset rows, objects sent from the kernel) cannot be used; the message names which."""
+
+
+class DatasetError(DataError, ValueError):
+    """A dataset cannot be read, or a row lacks the columns training needs; the message names file:line."""
+
+
+class ObjectTransferError(DataError, TypeError):
+    """An object given to launch / train_sync cannot be pickled to the cluster; the message says which."""
+
+
+class UntrustedRunObjects(DataError, PermissionError):
+    """A run folder's objects.pkl lacks this user's signature; the message says why and how to proceed."""
+
+
+class ModelError(RLFactoryError):
+    """A stored model (its files, the code it needs, a checkpoint) cannot be loaded or written."""
+
+
+class ModelFilesError(ModelError, FileNotFoundError):
+    """A model's files are missing or partial on this node; the message names the file and the node."""
+
+
+class RemoteCodeError(ModelError, ValueError):
+    """A model folder needs Python code of its own to load, and `model.trust_remote_code` is off."""
+
+
+class CheckpointError(ModelError, RuntimeError):
+    """A checkpoint could not be written or read; the message says which and what to do."""
+
+
+class EngineError(RLFactoryError):
+    """A rollout engine cannot be made, placed on the cluster, or reached any more."""
+
+
+class EngineUnavailableError(EngineError, ImportError):
+    """An engine kind whose backend package is not installed; the message says how to install it."""
+
+
+class EngineActorDied(EngineError, RuntimeError):
+    """The engine actor behind a ClusterEngine died; `cluster.engine(...)` makes a new one."""
+
+
+class InsufficientResources(EngineError, RuntimeError):
+    """The cluster has not the CPUs or GPUs an engine asks for (or none is free); the message names both."""
+
+
+class ToolError(RLFactoryError):
+    """A tool server cannot serve, or arguments cannot reach it (a tool's own failure is a ToolResult)."""
+
+
+class ServerStartError(ToolError, RuntimeError):
+    """A server did not start; the message names it and quotes the end of its stderr."""
+
+
+class ServerUnavailable(ToolError, RuntimeError):
+    """A server cannot answer (not started, crashed during the call, stopped, or failed to restart)."""
+
+
+class HandshakeError(ToolError, RuntimeError):
+    """A server's (re)start missed a bound of the handshake: no retry, the server is marked failed."""
+
+
+class InvalidArguments(ToolError, ValueError):
+    """Arguments no tool can be given (not valid Unicode, too deep, not JSON): the caller's fault."""
+
+
+class RolloutError(RLFactoryError):
+    """A rollout cannot be assembled from the chat template and the engine's token ids."""
+
+
+class TemplateError(RolloutError, ValueError):
+    """The chat template cannot be extended turn by turn (it rewrites earlier turns)."""
+
+
+class TemplateBoundError(RolloutError, ValueError):
+    """A chat template asked for a value past the bounds of its sandbox (rollout/template_bounds.py)."""
+
+
+class DriftError(RolloutError, RuntimeError):
+    """drift_check="strict" and a rollout's ids differ from a full render of its messages ("warn" logs it)."""
+
+
+class ScoringError(RLFactoryError):
+    """A reward function, LLM judge or reward model cannot be loaded or cannot score a sample."""
+
+
+class RewardError(ScoringError, RuntimeError):
+    """Reward functions failed and the runner was told to fail the step (`on_error="fail"`), listing each."""
+
+    def __init__(self, failures: Sequence[Any]):
+        self.failures = failures
+        """the `RewardFailure` records (rewards/runner.py), one per function and sample"""
+        shown = "\n".join(f"  - {failure}" for failure in failures[:5])
+        more = f"\n  ... and {len(failures) - 5} more" if len(failures) > 5 else ""
+        super().__init__(f"{len(failures)} reward failure(s):\n{shown}{more}")
+
+
+class InvalidRewardValue(ScoringError, ValueError):
+    """A reward function returned something that is not a reward; the message says what to return."""
+
+
+class RewardLoadError(ScoringError, ImportError):
+    """A reward spec (`file.py:function`, `module:function`) that does not name a callable."""
+
+
+class JudgeError(ScoringError, RuntimeError):
+    """The judge endpoint gave no usable reply (down, slow, refusing, too large, or not valid JSON)."""
+
+
+class JudgeParseError(ScoringError, ValueError):
+    """The judge model replied, but the reply holds no score the parser can read."""
+
+
+class RewardModelError(ScoringError, ValueError):
+    """A reward model that cannot be loaded or used as asked; the message names the folder."""
+
+
+class TrainingError(RLFactoryError, RuntimeError):
+    """A training step cannot go on; the message says whether and how to resume."""
+
+
+class StepFailed(TrainingError):
+    """The backend failed during a step (e.g. a worker process died); the message says how to resume."""
+
+
+class StaleSamples(TrainingError):
+    """Samples from weights other than their label says, or outside the staleness bound; not trained on."""
+
+
+class ClusterError(RLFactoryError, RuntimeError):
+    """A job on a Ray cluster cannot be launched, shipped, or run to its end."""
+
+
+class JobFailed(ClusterError):
+    """The training driver raised; the message holds its traceback (also in job.logs())."""
+
+
+class JobExistsError(ClusterError):
+    """A job of that name is still running on the cluster: attach to it, stop it, or choose another name."""
+
+
+class ModelMismatch(ClusterError):
+    """The driver's node resolves the run's model to other files than the kernel did; the message says why."""
+
+
+class ShippingError(ClusterError):
+    """Something the job needs cannot be shipped to the cluster; the message names it."""

@@ -1,0 +1,207 @@
+"""The package's import graph: no cycles, and no layer importing a higher one.
+
+The graph is read with `ast` from the source, so it sees every import: at module level, inside
+functions, and under `if TYPE_CHECKING:` alike (an annotation-only import still says which layer a
+module leans on). Layers, lowest first, as docs/decisions.md ("Layers") explains:
+
+    (1) errors, types, config, config_schema, _async, _views
+    (2) parsing, engines, tools
+    (3) models, data, rollout, rewards, algo, recipes
+    (4) runtime, train, eval, examples, demo, notebooks_run
+    (5) cluster
+    (6) widgets, cli, and the top-level `rlfactory_nb/__init__.py`
+
+`_views` reaches the widgets by name through importlib, which is the point of it: a core object's
+`.view()` finds its view without the core importing a widget.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rlfactory_nb"
+
+LAYERS: dict[str, int] = {
+    **dict.fromkeys(["errors", "types", "config", "config_schema", "_async", "_views"], 1),
+    **dict.fromkeys(["parsing", "chat", "engines", "tools"], 2),
+    **dict.fromkeys(["models", "data", "rollout", "rewards", "algo", "recipes"], 3),
+    **dict.fromkeys(["runtime", "train", "eval", "compare", "examples", "demo", "notebooks_run"], 4),
+    "cluster": 5,
+    **dict.fromkeys(["widgets", "cli", ""], 6),
+}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    deferred: bool
+    """written inside a function body (imported when the function runs)"""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts}
+
+
+def imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The package modules an import statement loads: `from a.b import c` loads a.b.c when that is a
+    module, else a.b (importing a submodule runs its package's `__init__` anyway, which is no edge)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names} & known
+    base = module if is_package else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        base = base.rpartition(".")[0]
+    parent = ".".join(filter(None, [base if node.level else "", node.module or ""]))
+    loaded = {name if name in known else parent for name in (f"{parent}.{alias.name}" for alias in node.names)}
+    return loaded & known
+
+
+def module_edges(module: str, source: str, is_package: bool, known: set[str]) -> list[Edge]:
+    """The imports of package modules (`known`) that `source`, the text of `module`, makes."""
+    tree = ast.parse(source)
+    in_functions = {
+        id(inner)
+        for outer in ast.walk(tree)
+        if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef)
+        for inner in ast.walk(outer)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for target in sorted(imported_modules(node, module, is_package, known) - {module}):
+                found.append(Edge(module, target, node.lineno, id(node) in in_functions))
+    return found
+
+
+def edges() -> list[Edge]:
+    known = modules()
+    return [
+        edge
+        for module, path in known.items()
+        for edge in module_edges(module, path.read_text(), path.name == "__init__.py", set(known))
+    ]
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    if top not in LAYERS:
+        raise AssertionError(f"{module} is in no layer: add {top!r} to LAYERS here and to docs/decisions.md")
+    return LAYERS[top]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_the_graph_is_read():
+    """A reader that found nothing would pass every check below."""
+    assert len(modules()) > 50
+    assert any(edge.source == "rlfactory_nb.train.loop" and edge.target == "rlfactory_nb.config" for edge in edges())
+
+
+def test_reader_sees_deferred_relative_and_submodule_imports():
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.sub", "pkg.sub.c"}
+    source = "from pkg import a, missing\nfrom . import b\n\ndef f():\n    from .sub import c\n    import pkg.sub\n"
+    found = {(edge.target, edge.deferred) for edge in module_edges("pkg.x", source, False, known)}
+    assert found == {("pkg", False), ("pkg.a", False), ("pkg.b", False), ("pkg.sub.c", True), ("pkg.sub", True)}
+
+
+def test_no_import_cycles():
+    graph: dict[str, set[str]] = {}
+    for edge in edges():
+        graph.setdefault(edge.source, set()).add(edge.target)
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(cycle) for cycle in found)
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_layer_imports_a_higher_one():
+    upward = [
+        f"{edge.source} (layer {layer_of(edge.source)}) imports {edge.target} (layer {layer_of(edge.target)}) "
+        f"at line {edge.line}{' (in a function)' if edge.deferred else ''}"
+        for edge in edges()
+        if layer_of(edge.target) > layer_of(edge.source)
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_ray_is_imported_only_in_cluster():
+    """DESIGN.md: Ray lives at the edge, in cluster/; everything else runs in one plain process."""
+    outside = []
+    for module, path in modules().items():
+        if module.startswith("rlfactory_nb.cluster"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                if any(n == "ray" or n.startswith("ray.") for n in names):
+                    outside.append(f"{module}:{node.lineno}")
+    assert not outside, "ray imported outside cluster/ at:\n" + "\n".join(outside)
+
+
+def test_every_deferred_package_import_says_why():
+    """An import inside a function only delays a heavy import (torch, transformers, Ray) or keeps a
+    light entry point light; a comment on it (or just above its block of imports) says which."""
+    silent = []
+    for edge in edges():
+        if not edge.deferred:
+            continue
+        lines = modules()[edge.source].read_text().splitlines()
+        first = edge.line - 1
+        while first > 0 and lines[first - 1].lstrip().startswith(("from ", "import ")):
+            first -= 1
+        block = lines[max(first - 1, 0) : edge.line]
+        if not any("#" in line for line in block):
+            silent.append(f"{edge.source}:{edge.line} imports {edge.target}")
+    assert not silent, "in-function imports without a reason:\n" + "\n".join(silent)
