@@ -10,7 +10,7 @@ says which of these traps the current setup falls into.
 The lab is a plain object: `sample`, `rescore`, `table()` (a pandas DataFrame), `advantages`,
 `warnings()`; `view()` draws it (rlfactory_nb/widgets/reward_lab.py). After editing a reward
 function in a cell, `await lab.rescore(mine=mine)` scores the same rollouts again. Group rewards
-(`@rf.group_reward`) are scored once per prompt's group, as in training.
+(`@rf.rewards.group_reward`) are scored once per prompt's group, as in training.
 
 The lab hands its reward to training: `rf.launch(cfg, cluster, reward=lab.reward("mine"))` in the
 same kernel, or `lab.save_reward(path, "mine")` and, in another kernel (notebook 03 after 02),
