@@ -26,7 +26,7 @@ from typing import Any
 
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import DriftError
-from rlfactory_nb.parsing import format_error_for_model, get_parser
+from rlfactory_nb.chat import format_error_for_model, get_parser
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids
 from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn

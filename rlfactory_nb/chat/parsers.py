@@ -1,4 +1,4 @@
-"""Tool-call parsers, looked up by name.
+"""Tool-call parsers, looked up by name (a model family's `ChatFormat` names the one it uses).
 
 A parser turns one assistant message into the text the user sees, the calls to run and the blocks it
 could not read. Model text is untrusted and often malformed (most of all early in training), so
@@ -24,11 +24,17 @@ class ParseResult:
     """What a parser read from one assistant message."""
 
     content: str
-    """the message text with the parsed call blocks removed, stripped"""
+    """the message text with the parsed call blocks removed, stripped (reasoning left in place)"""
     calls: list[ToolCall] = field(default_factory=list)
     """well-formed calls to run, in the order they appear"""
     errors: list[MalformedCall] = field(default_factory=list)
     """call blocks that could not be read; the model is told about each"""
+    reasoning: str = ""
+    """the text inside the family's reasoning markers (markers removed), blocks joined by newlines"""
+    answer: str = ""
+    """the text outside reasoning with the parsed call blocks removed, stripped: what a reward reads"""
+    calls_in_reasoning: int = 0
+    """call blocks written inside reasoning: drafts, never run, counted so a drafting policy shows"""
 
     @property
     def has_calls(self) -> bool:
