@@ -6,6 +6,7 @@ A family is one module here that registers its record (qwen3.py, qwen3_xml.py).
 """
 
 from rlfactory_nb.chat import qwen3 as _qwen3  # noqa: F401  (registers the "qwen3" family and parser)
+from rlfactory_nb.chat import qwen3_xml as _qwen3_xml  # noqa: F401  (registers "qwen3_xml")
 from rlfactory_nb.chat.detect import detect_chat_format, resolve_chat_format
 from rlfactory_nb.chat.format import (
     ChatFormat,
@@ -23,12 +24,14 @@ from rlfactory_nb.chat.parsers import (
     register_parser,
 )
 from rlfactory_nb.chat.qwen3 import Qwen3Parser
+from rlfactory_nb.chat.qwen3_xml import Qwen3XMLParser
 from rlfactory_nb.chat.reasoning import ReasoningMarkers
 
 __all__ = [
     "ChatFormat",
     "ParseResult",
     "Qwen3Parser",
+    "Qwen3XMLParser",
     "ReasoningMarkers",
     "ToolCallParser",
     "chat_format_names",

@@ -39,6 +39,8 @@ class ChatFormat:
     """the markers around reasoning; None for a family without reasoning blocks"""
     prefills_reasoning: bool
     """the generation prompt with thinking on ends with the opener, so sampled text starts inside it"""
+    leading_reasoning_only: bool
+    """reasoning is only ever a block at the start of a turn; a later opener is data"""
     end_of_turn: tuple[str, ...]
     """token strings that end an assistant turn, besides the tokenizer's eos (the engine's stop set)"""
     turn_end: str
@@ -58,7 +60,7 @@ class ChatFormat:
 
     def split_reasoning(self, text: str, starts_in_reasoning: bool = False) -> tuple[str, str]:
         """(reasoning, the text outside it), both stripped."""
-        return reasoning.split(text, self.reasoning, starts_in_reasoning)
+        return reasoning.split(text, self.reasoning, starts_in_reasoning, self.leading_reasoning_only)
 
     def end_of_turn_ids(self, tokenizer: Any) -> tuple[int, ...]:
         """The tokenizer's eos id(s), then the ids of `end_of_turn` the vocabulary has; no duplicates."""

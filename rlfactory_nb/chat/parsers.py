@@ -83,6 +83,31 @@ def get_parser(name: str, **options: object) -> ToolCallParser:
     return cls(**options)
 
 
+def cap_calls(
+    calls: list[ToolCall], errors: list[MalformedCall], unreported: int, max_calls: int, block: str, hint: str
+) -> tuple[list[ToolCall], list[MalformedCall]]:
+    """At most `max_calls` calls run per turn; the rest, and broken blocks past the first `max_calls`
+    (`unreported`, each would be one more message to the model), are reported in one error each."""
+    errors = list(errors)
+    if unreported:
+        errors.append(
+            MalformedCall(
+                f"{len(errors) + unreported} broken {block} blocks in one turn; only the first "
+                f"{max_calls} are answered. {hint}"
+            )
+        )
+    if len(calls) > max_calls:
+        dropped, calls = calls[max_calls:], calls[:max_calls]
+        errors.append(
+            MalformedCall(
+                f"{len(calls) + len(dropped)} tool calls in one turn; only the first {max_calls} "
+                f"were run. Make at most {max_calls} calls per turn.",
+                raw="\n".join(call.raw for call in dropped),
+            )
+        )
+    return calls, errors
+
+
 def format_error_for_model(error: MalformedCall) -> str:
     """The text the model sees in place of a tool result for a call block it got wrong."""
     text = f"Error: your tool call was not executed. {error.message}"

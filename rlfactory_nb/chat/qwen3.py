@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from rlfactory_nb.chat import reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, register_parser
+from rlfactory_nb.chat.parsers import ParseResult, cap_calls, register_parser
 from rlfactory_nb.types import MalformedCall, ToolCall
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -60,13 +60,12 @@ class Qwen3Parser:
     reported to the model as one error, further broken blocks are counted in one error"""
     calls_in_think: bool = False
     """run calls written inside <think>...</think> (off: they are reasoning, left in the text)"""
+    starts_in_reasoning: bool = False
+    """the generation prompt pre-filled `<think>`: the text starts inside a think block"""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_calls, int) or isinstance(self.max_calls, bool) or self.max_calls < 1:
             raise ValueError(f"max_calls must be an integer >= 1, got {self.max_calls!r}")
-
-    starts_in_reasoning: bool = False
-    """the generation prompt pre-filled `<think>`: the text starts inside a think block"""
 
     def parse(self, text: str) -> ParseResult:
         content: list[str] = []
@@ -91,22 +90,7 @@ class Qwen3Parser:
                     errors.append(read)
                 else:
                     unreported += 1
-        if unreported:
-            errors.append(
-                MalformedCall(
-                    f"{len(errors) + unreported} broken <tool_call> blocks in one turn; only the first "
-                    f"{self.max_calls} are answered. {FORMAT_HINT}"
-                )
-            )
-        if len(calls) > self.max_calls:
-            dropped, calls = calls[self.max_calls :], calls[: self.max_calls]
-            errors.append(
-                MalformedCall(
-                    f"{len(calls) + len(dropped)} tool calls in one turn; only the first {self.max_calls} "
-                    f"were run. Make at most {self.max_calls} calls per turn.",
-                    raw="\n".join(call.raw for call in dropped),
-                )
-            )
+        calls, errors = cap_calls(calls, errors, unreported, self.max_calls, CALL_OPEN, FORMAT_HINT)
         return ParseResult(
             content="".join(content).strip(),
             calls=calls,
@@ -222,6 +206,7 @@ QWEN3 = register_chat_format(
         parser=Qwen3Parser,
         reasoning=THINK,
         prefills_reasoning=False,
+        leading_reasoning_only=False,
         end_of_turn=("<|im_end|>", "<|endoftext|>"),
         turn_end="<|im_end|>",
         keep_tokens=(),

@@ -34,13 +34,20 @@ class Segment:
     in_reasoning: bool
 
 
-def segments(text: str, markers: ReasoningMarkers | None, starts_inside: bool = False) -> list[Segment]:
-    """`text` cut into reasoning and non-reasoning runs, in order; their `text`s join to `text`."""
+def segments(
+    text: str, markers: ReasoningMarkers | None, starts_inside: bool = False, leading_only: bool = False
+) -> list[Segment]:
+    """`text` cut into reasoning and non-reasoning runs, in order; their `text`s join to `text`.
+    `leading_only`: only a block at the start is reasoning (a family whose template writes reasoning
+    first, so an opener later in the text, e.g. inside a tool argument, is data)."""
     if markers is None:
         return [Segment(text, text, False)]
     out: list[Segment] = []
     pos = 0
-    for start, end in _spans(text, markers, starts_inside):
+    spans = _spans(text, markers, starts_inside)
+    if leading_only:
+        spans = spans[:1] if spans and not text[: spans[0][0]].strip() else []
+    for start, end in spans:
         if start > pos:
             out.append(Segment(text[pos:start], text[pos:start], False))
         block = text[start:end]
@@ -53,7 +60,9 @@ def segments(text: str, markers: ReasoningMarkers | None, starts_inside: bool = 
     return out
 
 
-def split(text: str, markers: ReasoningMarkers | None, starts_inside: bool = False) -> tuple[str, str]:
+def split(
+    text: str, markers: ReasoningMarkers | None, starts_inside: bool = False, leading_only: bool = False
+) -> tuple[str, str]:
     """(reasoning, the rest): reasoning blocks' inner text joined by newlines, and the text outside
     them, both stripped.
 
@@ -62,7 +71,7 @@ def split(text: str, markers: ReasoningMarkers | None, starts_inside: bool = Fal
     >>> split("6*6 is 36</think>36", ReasoningMarkers("<think>", "</think>"))
     ('6*6 is 36', '36')
     """
-    parts = segments(text, markers, starts_inside)
+    parts = segments(text, markers, starts_inside, leading_only)
     reasoning = "\n".join(p.inner.strip() for p in parts if p.in_reasoning and p.inner.strip())
     return reasoning, "".join(p.text for p in parts if not p.in_reasoning).strip()
 
