@@ -11,6 +11,7 @@ from rlfactory_nb.chat.detect import detect_chat_format, resolve_chat_format
 from rlfactory_nb.chat.format import (
     ChatFormat,
     chat_format_names,
+    eos_ids,
     get_chat_format,
     register_chat_format,
     registered_chat_formats,
@@ -36,6 +37,7 @@ __all__ = [
     "ToolCallParser",
     "chat_format_names",
     "detect_chat_format",
+    "eos_ids",
     "format_error_for_model",
     "get_chat_format",
     "get_parser",

@@ -64,11 +64,8 @@ class ChatFormat:
 
     def end_of_turn_ids(self, tokenizer: Any) -> tuple[int, ...]:
         """The tokenizer's eos id(s), then the ids of `end_of_turn` the vocabulary has; no duplicates."""
-        ids: list[int] = []
-        eos = getattr(tokenizer, "eos_token_id", None)
-        ids.extend(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         vocab = tokenizer.get_vocab()
-        ids.extend(vocab[token] for token in self.end_of_turn if token in vocab)
+        ids = [*eos_ids(tokenizer), *(vocab[token] for token in self.end_of_turn if token in vocab)]
         return tuple(dict.fromkeys(int(i) for i in ids))
 
     def decode(self, tokenizer: Any, ids: Sequence[int]) -> str:
@@ -80,6 +77,13 @@ class ChatFormat:
             return tokenizer.decode(list(ids), skip_special_tokens=True)
         special = set(tokenizer.all_special_ids) - keep
         return tokenizer.decode([i for i in ids if i not in special], skip_special_tokens=False)
+
+
+def eos_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The tokenizer's eos id(s), whether it holds one id or a list."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    ids = eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else []
+    return tuple(dict.fromkeys(int(i) for i in ids))
 
 
 _FORMATS: dict[str, ChatFormat] = {}
