@@ -38,7 +38,9 @@ class ChatFormat:
     reasoning: reasoning.ReasoningMarkers | None
     """the markers around reasoning; None for a family without reasoning blocks"""
     prefills_reasoning: bool
-    """the generation prompt with thinking on ends with the opener, so sampled text starts inside it"""
+    """the family's generation prompt with thinking on ends with the opener, so sampled text starts
+    inside it (the agent reads the actual prompt, since one family's variants differ: Qwen3-2507's
+    thinking template pre-fills, Qwen3's does not; tests hold this field to the reference templates)"""
     leading_reasoning_only: bool
     """reasoning is only ever a block at the start of a turn; a later opener is data"""
     end_of_turn: tuple[str, ...]

@@ -62,6 +62,12 @@ def _outside(text: str, prefilled: bool) -> str:
     return text.split("</think>", 1)[1].strip() if prefilled or text.startswith("<think>") else text.strip()
 
 
+@pytest.mark.parametrize("name, family", [("qwen3", "qwen3"), ("qwen3_5", "qwen3_xml"), ("qwen3_6", "qwen3_xml"), ("qwen3_8", "qwen3_xml")])
+def test_the_record_says_whether_the_generation_prompt_prefills_reasoning(name: str, family: str) -> None:
+    prompt = render(template_text(name), [USER], add_generation_prompt=True, enable_thinking=True)
+    assert prompt.endswith("<think>\n") == get_chat_format(family).prefills_reasoning
+
+
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_auto_picks_qwen3_xml(name: str) -> None:
     assert detect_chat_format(TemplateOnly(template_text(name))).name == "qwen3_xml"

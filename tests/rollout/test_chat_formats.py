@@ -12,6 +12,7 @@ from rlfactory_nb.errors import ChatFormatError
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.tokens import delta_text
+from rlfactory_nb.train.metrics import rollout_metrics
 from rlfactory_nb.types import Sample, ToolResult
 from tests.chat.templates import template_text
 
@@ -72,6 +73,7 @@ async def test_a_call_drafted_in_reasoning_is_not_run(qwen3_5_tokenizer) -> None
     agent = Agent(None, Calculator(), engine=engine, tokenizer=qwen3_5_tokenizer, enable_thinking=True)
     traj = await agent.rollout(QUESTION)
     assert traj.tool_calls() == [] and traj.turns[0].calls_in_reasoning == 1
+    assert rollout_metrics([traj])["rollout/calls_in_reasoning"] == 1
     assert Sample.from_trajectory(traj).final_answer == "84"
 
 
