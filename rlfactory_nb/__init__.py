@@ -11,7 +11,7 @@ is here, inspectable from a notebook:
 
 The names below are the public API; notebooks import nothing else. The parts a user reaches for
 less often live one level down: `rf.algo` (advantages, losses), `rf.engines` (SamplingParams,
-create_engine), `rf.parsing` (tool-call parsers), `rf.rewards` (built-in rewards, the runner, judges),
+create_engine), `rf.chat` (model families: chat formats and tool-call parsers), `rf.rewards` (built-in rewards, the runner, judges),
 `rf.tools` (ToolCache, MCP connections) and `rf.errors` (the whole exception tree).
 """
 
@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 # cheap, which matters for every tool server started as `python -m rlfactory_nb.tools.servers.X`
 # (importing torch and transformers up front cost each one ~10 s here).
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["algo", "engines", "errors", "parsing", "rewards", "tools"], ""),
+    **dict.fromkeys(["algo", "engines", "chat", "errors", "rewards", "tools"], ""),
     # the errors a user meets most; the rest of the tree is rf.errors.X
     **dict.fromkeys(
         ["RLFactoryError", "CheckpointError", "ConfigError", "DriftError", "EngineActorDied", "JobFailed",

@@ -96,8 +96,12 @@ class ToolsConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    parser: NonEmptyStr = "qwen3"
-    """tool-call parser, by registry name ("qwen3", "hermes")"""
+    chat_format: NonEmptyStr = "auto"
+    """the model family ("qwen3", "qwen3_xml"): its tool-call parser, reasoning markers, stop and
+    turn-end tokens; "auto" reads it off the tokenizer's chat template"""
+    parser: NonEmptyStr | None = None
+    """a tool-call parser by registry name ("qwen3", "hermes", "qwen3_xml") in place of the family's
+    own; unset: the family's (configs that set "qwen3" for a Qwen3 model read as before)"""
     max_turns: PositiveInt = 4
     """assistant turns per trajectory; tool calls in the last one are not run (nothing would read them)"""
     max_new_tokens: PositiveInt = 128

@@ -45,6 +45,13 @@ class ConfigError(RLFactoryError, ValueError):
         super().__init__(f"invalid config{where}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+class ChatFormatError(ConfigError):
+    """No model family fits: an unknown `rollout.chat_format`, or a chat template `auto` cannot place."""
+
+    def __init__(self, message: str):
+        super().__init__([message], "rollout.chat_format")
+
+
 class DataError(RLFactoryError):
     """A run's inputs (dataset rows, objects sent from the kernel) cannot be used; the message names which."""
 

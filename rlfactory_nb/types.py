@@ -112,6 +112,13 @@ class Turn:
     tools_s: float = 0.0
     policy_version: int | None = None
     """the weights version that sampled this turn (the engine's Generation.policy_version)"""
+    reasoning: str = ""
+    """the text inside the model family's reasoning markers (markers removed)"""
+    answer: str | None = None
+    """the text outside reasoning, call blocks as written, as the family read it; None for a turn no
+    family read (a hand-made Turn): Sample then strips Qwen-style think blocks itself"""
+    calls_in_reasoning: int = 0
+    """call blocks written inside reasoning: drafts, not run"""
 
 
 @dataclass
@@ -230,6 +237,8 @@ class Sample:
     metadata: dict[str, Any] = field(default_factory=dict)
     trajectory: Trajectory | None = None
     id: str = ""
+    reasoning: str = ""
+    """the reasoning of every assistant turn (the family's markers removed), joined by newlines"""
 
     @classmethod
     def from_trajectory(
@@ -239,15 +248,20 @@ class Sample:
         extract_answer: Callable[[str], str] | None = None,
     ) -> Sample:
         """Build the reward function's view of `traj`; `extract_answer` maps the last assistant text
-        to the final answer (default: `<answer>...</answer>` if present, else the text without think
-        blocks)."""
+        to the final answer (default: `<answer>...</answer>` if present, else the last turn's text
+        outside reasoning, as the model family read it)."""
         prompt = list(traj.messages[: _prompt_length(traj.messages)])
         assistant_texts = [turn.text for turn in traj.turns]
         last = assistant_texts[-1] if assistant_texts else ""
+        if extract_answer is not None:
+            final_answer = extract_answer(last)
+        else:
+            outside = traj.turns[-1].answer if traj.turns else None
+            final_answer = default_answer(last if outside is None else outside)
         return cls(
             prompt=prompt,
             response="\n".join(assistant_texts),
-            final_answer=(extract_answer or default_answer)(last),
+            final_answer=final_answer,
             tool_calls=traj.tool_calls(),
             tool_results=traj.tool_results(),
             num_turns=traj.num_turns,
@@ -256,6 +270,7 @@ class Sample:
             metadata=dict(traj.metadata),
             trajectory=traj,
             id=traj.id,
+            reasoning="\n".join(turn.reasoning for turn in traj.turns if turn.reasoning),
         )
 
 

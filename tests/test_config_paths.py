@@ -11,7 +11,7 @@ NOT_PATHS = {
     "model.engine", "model.dtype", "model.master_dtype", "model.gradient_checkpointing", "model.lora",
     "model.device", "model.engine_args", "model.trust_remote_code",
     "tools.timeout_s", "tools.max_concurrency", "tools.max_result_chars", "tools.cache",
-    "rollout.parser", "rollout.max_turns", "rollout.max_new_tokens", "rollout.max_total_tokens",
+    "rollout.chat_format", "rollout.parser", "rollout.max_turns", "rollout.max_new_tokens", "rollout.max_total_tokens",
     "rollout.temperature", "rollout.top_p", "rollout.max_in_flight", "rollout.drift_check",
     "reward.args", "reward.on_error", "reward.max_concurrency", "reward.timeout_s",
     "cluster.address", "cluster.num_workers", "cluster.num_engines", "cluster.cpus_per_worker",

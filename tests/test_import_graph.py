@@ -5,7 +5,7 @@ functions, and under `if TYPE_CHECKING:` alike (an annotation-only import still 
 module leans on). Layers, lowest first, as docs/decisions.md ("Layers") explains:
 
     (1) errors, types, config, config_schema, _async, _views
-    (2) parsing, engines, tools
+    (2) chat, engines, tools
     (3) models, data, rollout, rewards, algo, recipes
     (4) runtime, train, eval, examples, demo, notebooks_run
     (5) cluster
@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlfactory_nb"
 
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["errors", "types", "config", "config_schema", "_async", "_views"], 1),
-    **dict.fromkeys(["parsing", "chat", "engines", "tools"], 2),
+    **dict.fromkeys(["chat", "engines", "tools"], 2),
     **dict.fromkeys(["models", "data", "rollout", "rewards", "algo", "recipes"], 3),
     **dict.fromkeys(["runtime", "train", "eval", "compare", "examples", "demo", "notebooks_run"], 4),
     "cluster": 5,

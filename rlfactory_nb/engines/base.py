@@ -34,12 +34,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-from rlfactory_nb.errors import EngineUnavailableError  # noqa: F401  (re-exported where callers import it)
+from rlfactory_nb.chat import eos_ids, resolve_chat_format
+from rlfactory_nb.errors import (
+    ChatFormatError,
+    EngineUnavailableError,  # noqa: F401  (re-exported where callers import it)
+)
 
 EngineFinishReason = Literal["stop", "length"]
 
-# Tokens that end an assistant turn in Qwen-format chat besides the tokenizer's eos.
-EXTRA_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 MAX_SEED = 2**63 - 1
 """the largest request seed: torch generators and vLLM take 0 to 2**63 - 1"""
 
@@ -190,18 +192,21 @@ class EngineTraits:
     """engine options a colocated layout sets unless the user does (e.g. vLLM's sleep mode)"""
 
 
-def stop_token_ids_from_tokenizer(tokenizer: Any) -> tuple[int, ...]:
-    """The tokenizer's eos id(s) plus Qwen's turn-ending tokens when the vocabulary has them."""
-    ids: list[int] = []
-    eos = getattr(tokenizer, "eos_token_id", None)
-    ids.extend(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
-    vocab = tokenizer.get_vocab()
-    ids.extend(vocab[token] for token in EXTRA_STOP_TOKENS if token in vocab)
-    unique = tuple(dict.fromkeys(int(i) for i in ids))
+def stop_token_ids_from_tokenizer(tokenizer: Any, chat_format: Any = "auto") -> tuple[int, ...]:
+    """The ids that end an assistant turn: the tokenizer's eos id(s) plus the end-of-turn tokens of
+    its model family (`chat_format`: a name, a ChatFormat, or "auto" to read it off the template).
+    A template `auto` cannot place gets the eos id(s) alone: an engine can run any model, and the
+    rollout, which must know the family, raises there with the list of families."""
+    try:
+        unique = resolve_chat_format(chat_format, tokenizer).end_of_turn_ids(tokenizer)
+    except ChatFormatError:
+        if chat_format != "auto":
+            raise
+        unique = eos_ids(tokenizer)
     if not unique:
         raise ValueError(
-            "the tokenizer has no eos_token_id and none of "
-            f"{EXTRA_STOP_TOKENS}: pass stop_token_ids to the engine explicitly"
+            "the tokenizer has no eos_token_id and its chat format names no end-of-turn token in its "
+            "vocabulary: pass stop_token_ids to the engine explicitly"
         )
     return unique
 

@@ -8,6 +8,10 @@ while one waits for a tool the engine serves the others: there is no barrier acr
 Token ids follow rollout/tokens.py: the engine's ids are kept as sampled (loss mask 1), everything
 the loop adds (tool responses, the next assistant header) is a masked delta.
 
+What differs between model families (the parser, the reasoning markers, the token that ends a turn,
+the special tokens decoding keeps, the template's history rewriting) comes from one `ChatFormat`
+(rlfactory_nb/chat/), named or read off the tokenizer's template (`chat_format="auto"`).
+
 A trajectory started with a `SampleId` (what the trainer's rollouts pass) seeds each turn's request
 from that id and the turn index (rollout/seeds.py), so it samples the same tokens however the
 engine schedules it; without one, requests keep the agent's `sampling.seed` (None: the engine's own
@@ -24,11 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import DriftError
-from rlfactory_nb.parsing import format_error_for_model, get_parser
 from rlfactory_nb.rollout.seeds import SampleId
-from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids
+from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids, prompt_opens
 from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn
 
 log = logging.getLogger(__name__)
@@ -60,7 +64,7 @@ class Agent:
         self,
         policy: Any,
         tools: Any = None,
-        parser: str | Any = "qwen3",
+        parser: str | Any | None = None,
         max_turns: int = 4,
         max_new_tokens: int = 128,
         max_total_tokens: int = 1024,
@@ -69,6 +73,7 @@ class Agent:
         tokenizer: Any = None,
         enable_thinking: bool = False,
         drift: DriftMode = "warn",
+        chat_format: str | ChatFormat = "auto",
     ):
         self.policy = policy
         # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
@@ -76,7 +81,14 @@ class Agent:
         if self.tokenizer is None:
             raise ValueError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
         self.tools = tools
-        self.parser = get_parser(parser) if isinstance(parser, str) else parser
+        self.chat_format = resolve_chat_format(chat_format, self.tokenizer)
+        markers = self.chat_format.reasoning
+        self.starts_in_reasoning = markers is not None and prompt_opens(self.tokenizer, markers.open, enable_thinking)
+        """the generation prompt pre-fills the reasoning opener: each turn's text starts inside it"""
+        if parser is None:
+            self.parser = self.chat_format.new_parser(starts_in_reasoning=self.starts_in_reasoning)
+        else:  # a parser by name or object in place of the family's (`rollout.parser`)
+            self.parser = get_parser(parser) if isinstance(parser, str) else parser
         self.max_turns = max_turns
         self.max_total_tokens = max_total_tokens
         self.sampling = replace(sampling or SamplingParams(), max_new_tokens=max_new_tokens)
@@ -86,7 +98,7 @@ class Agent:
         self.drift_count = 0
         """rollouts whose ids differ from a full render in a way the template does not explain"""
         self.expected_drift_count = 0
-        """rollouts that differ only by the empty think blocks Qwen3's template drops (by design)"""
+        """rollouts that differ only by the empty think blocks the family's template drops (by design)"""
 
     @classmethod
     def from_config(
@@ -108,6 +120,7 @@ class Agent:
             policy,
             tools,
             parser=rollout.parser,
+            chat_format=rollout.chat_format,
             max_turns=rollout.max_turns,
             max_new_tokens=rollout.max_new_tokens,
             max_total_tokens=rollout.max_total_tokens,
@@ -146,8 +159,9 @@ class Agent:
         started = time.perf_counter()
         generation = await self.engine.generate(progress.all_ids, sampling)
         progress.add(generation.token_ids, sampled=True, logprobs=generation.logprobs)
-        text = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
+        text = self.chat_format.decode(self.tokenizer, generation.token_ids)
         parsed = self.parser.parse(text)
+        reasoning, outside = self.chat_format.split_reasoning(text, self.starts_in_reasoning)
         turn = Turn(
             text=text,
             num_tokens=len(generation.token_ids),
@@ -156,6 +170,9 @@ class Agent:
             finish_reason=generation.finish_reason,
             generate_s=time.perf_counter() - started,
             policy_version=generation.policy_version,
+            reasoning=reasoning,
+            answer=outside,
+            calls_in_reasoning=getattr(parsed, "calls_in_reasoning", 0),
         )
         traj.turns.append(turn)
         message: Message = {"role": "assistant", "content": _content_without_calls(text, parsed.calls)}
@@ -185,7 +202,14 @@ class Agent:
         the trajectory view; other drift raises (strict) or warns once per agent (warn)."""
         if self.drift == "off":
             return
-        found = drift_check(self.tokenizer, traj.prompt_ids + traj.response_ids, traj.messages, tools, self.enable_thinking)
+        found = drift_check(
+            self.tokenizer,
+            traj.prompt_ids + traj.response_ids,
+            traj.messages,
+            tools,
+            self.enable_thinking,
+            drops_past_reasoning=self.chat_format.drops_past_reasoning,
+        )
         traj.metadata["drift_position"] = found.position
         traj.metadata["dropped_think_blocks"] = found.dropped_think_blocks
         if found.ok:
@@ -273,7 +297,7 @@ class AgentSession:
             # that every later forward pass (training, reference, recompute) would have to carry.
             return self._finish("max_turns", turn)
         tool_messages = await agent._call_tools(turn)
-        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking)
+        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking, agent.chat_format.turn_end)
         if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
             return self._finish("length", turn)
         progress.add(delta, sampled=False)

@@ -7,8 +7,9 @@ differently, and a chat template may re-render history (Qwen3 drops past think b
 that re-tokenizes trains on text the policy never produced.
 
 A delta is tokenized against a fixed base conversation: render base, render base + new messages, and
-keep the text after the base's last `<|im_end|>`, where generation stopped. Templates differ in what
-follows `<|im_end|>`, so this reads the delta off the template instead of hard-coding Qwen's `\\n`.
+keep the text after the base's last turn-ending token (the family's `ChatFormat.turn_end`, Qwen's
+`<|im_end|>`), where generation stopped. Templates differ in what follows it, so this reads the delta
+off the template instead of hard-coding Qwen's `\\n`.
 """
 
 from __future__ import annotations
@@ -43,11 +44,21 @@ def prompt_ids(
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def delta_text(tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False) -> str:
-    """The text between the end of an assistant turn (its `<|im_end|>`) and the next assistant turn."""
+def prompt_opens(tokenizer: Any, marker: str, enable_thinking: bool = False) -> bool:
+    """Whether the generation prompt ends with `marker` (a reasoning opener the template pre-fills,
+    as Qwen3.5's `<think>\\n` with thinking on): then sampled text starts inside reasoning."""
+    text = render(tokenizer, _BASE[:1], add_generation_prompt=True, enable_thinking=enable_thinking)
+    return text.rstrip().endswith(marker)
+
+
+def delta_text(
+    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, turn_end: str | None = None
+) -> str:
+    """The text between the end of an assistant turn (its `turn_end` token, by default the
+    tokenizer's eos) and the next assistant turn."""
     base = render(tokenizer, _BASE)
     full = render(tokenizer, _BASE + list(new_messages), add_generation_prompt=True, enable_thinking=enable_thinking)
-    eos = tokenizer.eos_token
+    eos = turn_end or tokenizer.eos_token
     cut = base.rfind(eos)
     if cut < 0 or not full.startswith(base[: cut + len(eos)]):
         raise TemplateError(
@@ -58,8 +69,10 @@ def delta_text(tokenizer: Any, new_messages: Sequence[Message], enable_thinking:
     return full[cut + len(eos) :]
 
 
-def delta_ids(tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False) -> list[int]:
-    return tokenizer.encode(delta_text(tokenizer, new_messages, enable_thinking), add_special_tokens=False)
+def delta_ids(
+    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, turn_end: str | None = None
+) -> list[int]:
+    return tokenizer.encode(delta_text(tokenizer, new_messages, enable_thinking, turn_end), add_special_tokens=False)
 
 
 @dataclass(frozen=True)
@@ -91,12 +104,14 @@ def drift_check(
     tools: list[dict] | None = None,
     enable_thinking: bool = False,
     context: int = 8,
+    drops_past_reasoning: bool = True,
 ) -> Drift:
     """Compare rollout ids with a full render of `messages` (what a re-tokenizing trainer would see).
 
     With Qwen3's template a multi-turn rollout always differs: the full render drops the empty think
     block of earlier assistant turns. The report shows where, and `expected` says whether that is
-    the whole difference, so a user can judge it.
+    the whole difference, so a user can judge it. `drops_past_reasoning` is the family's record of
+    that rewriting (`ChatFormat.drops_past_reasoning`); without it no difference is expected.
     """
     rendered = tokenizer.encode(
         render(tokenizer, messages, tools, enable_thinking=enable_thinking), add_special_tokens=False
@@ -111,7 +126,7 @@ def drift_check(
     if position < 0:
         return Drift(-1, "", "")
     start = max(0, position - context)
-    block = [] if enable_thinking else empty_think_ids(tokenizer)
+    block = [] if enable_thinking or not drops_past_reasoning else empty_think_ids(tokenizer)
     return Drift(
         position,
         tokenizer.decode(ids[start : position + context]),

@@ -60,6 +60,7 @@ STEP_KEYS = (
     "rollout/tool_calls_per_trajectory",
     "rollout/tool_call_rate",
     "rollout/parse_errors",
+    "rollout/calls_in_reasoning",
     "rollout/truncated",
     "sampling/rounds",
     "sampling/prompts_drawn",
@@ -121,6 +122,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout")
         f"{prefix}/tool_calls_per_trajectory": sum(calls) / count,
         f"{prefix}/tool_call_rate": sum(1 for n in calls if n) / count,
         f"{prefix}/parse_errors": sum(len(turn.parse_errors) for t in trajectories for turn in t.turns),
+        # calls drafted inside reasoning are never run; a policy that learns to draft them shows here
+        f"{prefix}/calls_in_reasoning": sum(turn.calls_in_reasoning for t in trajectories for turn in t.turns),
         f"{prefix}/truncated": sum(1 for t in trajectories if t.truncated),
         **drift_counts(trajectories, prefix),
     }

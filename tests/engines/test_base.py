@@ -37,6 +37,23 @@ def test_stop_tokens_come_from_the_tokenizer(tokenizer):
     assert stop_token_ids_from_tokenizer(tokenizer) == (vocab["<|im_end|>"], vocab["<|endoftext|>"])
 
 
+def test_stop_tokens_come_from_the_model_family(tokenizer, monkeypatch):
+    """The family's end-of-turn tokens, not a Qwen list: a family naming other tokens stops there,
+    and a template no family claims stops on the eos alone (the rollout refuses it by name)."""
+    import dataclasses
+
+    from rlfactory_nb.chat import get_chat_format
+    from rlfactory_nb.errors import ChatFormatError
+
+    vocab = tokenizer.get_vocab()
+    other = dataclasses.replace(get_chat_format("qwen3"), end_of_turn=("<|im_start|>",))
+    assert stop_token_ids_from_tokenizer(tokenizer, other) == (vocab["<|im_end|>"], vocab["<|im_start|>"])
+    monkeypatch.setattr(tokenizer, "chat_template", "{{ messages[0].content }}")
+    assert stop_token_ids_from_tokenizer(tokenizer) == (tokenizer.eos_token_id,)
+    with pytest.raises(ChatFormatError, match="unknown chat format 'llama3'"):
+        stop_token_ids_from_tokenizer(tokenizer, "llama3")
+
+
 def test_registry_knows_both_kinds_and_rejects_others():
     assert engine_kinds() == ("hf", "vllm")
     with pytest.raises(ValueError, match="unknown engine kind 'sglang'.*'hf', 'vllm'"):

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlfactory_nb._async import run_sync
-from rlfactory_nb.parsing import get_parser
+from rlfactory_nb.chat import get_parser
 from rlfactory_nb.tools import ToolSet
 from rlfactory_nb.tools.servers.calculator import evaluate
 from rlfactory_nb.tools.validate import InvalidArguments

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rollout.scripted import ScriptedEngine
 
-from rlfactory_nb.parsing import ParseResult, get_parser
+from rlfactory_nb.chat import ParseResult, get_parser
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools import ToolSet, tool
 from rlfactory_nb.train.metrics import rollout_metrics

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlfactory_nb.chat import get_parser
 from rlfactory_nb.models.presets import calculator, preset_path
-from rlfactory_nb.parsing import get_parser
 from rlfactory_nb.rollout.tokens import prompt_ids
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,12 @@ This is what the Qwen3 chat template teaches (its `<tool_call>` tags are single 
 string, a closing tag cut off by the token limit after complete JSON) and strict where guessing would
 reward a sloppy format (missing name, arguments that are not an object, unclosed blocks mid-text).
 
-Calls inside `<think>...</think>` are reasoning about a call, not a call, so they are left in the text
-and not run unless `calls_in_think=True`. A `</think>` with no opening tag closes a think block that
-began in the prompt (templates that pre-fill `<think>\\n`); an unclosed `<think>` runs to the end.
+Calls inside `<think>...</think>` are reasoning about a call, not a call, so they are left in the text,
+counted in `calls_in_reasoning` and not run unless `calls_in_think=True`. A `</think>` with no opening
+tag closes a think block that began in the prompt (templates that pre-fill `<think>\\n`); an unclosed
+`<think>` runs to the end (chat/reasoning.py).
+
+The module also registers the `qwen3` family (Qwen3, Qwen3-2507): its ChatFormat record.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlfactory_nb.parsing.base import ParseResult, register_parser
+from rlfactory_nb.chat import reasoning
+from rlfactory_nb.chat.format import ChatFormat, register_chat_format
+from rlfactory_nb.chat.parsers import ParseResult, cap_calls, register_parser
 from rlfactory_nb.types import MalformedCall, ToolCall
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+THINK = reasoning.ReasoningMarkers(THINK_OPEN, THINK_CLOSE)
 FORMAT_HINT = (
     'Write each call as <tool_call>\n{"name": "<tool name>", "arguments": {<arguments as a JSON object>}}'
     "\n</tool_call>"
@@ -54,6 +60,8 @@ class Qwen3Parser:
     reported to the model as one error, further broken blocks are counted in one error"""
     calls_in_think: bool = False
     """run calls written inside <think>...</think> (off: they are reasoning, left in the text)"""
+    starts_in_reasoning: bool = False
+    """the generation prompt pre-filled `<think>`: the text starts inside a think block"""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_calls, int) or isinstance(self.max_calls, bool) or self.max_calls < 1:
@@ -61,14 +69,19 @@ class Qwen3Parser:
 
     def parse(self, text: str) -> ParseResult:
         content: list[str] = []
+        answer: list[str] = []
         calls: list[ToolCall] = []
         errors: list[MalformedCall] = []
         unreported = 0  # broken blocks past the first max_calls: each would be a message to the model
-        for segment, active in self._segments(text):
-            pieces = _split_blocks(segment) if active else [segment]
-            for piece in pieces:
+        parts = reasoning.segments(text, THINK, self.starts_in_reasoning)
+        drafted = 0 if self.calls_in_think else sum(p.text.count(CALL_OPEN) for p in parts if p.in_reasoning)
+        for part in parts:
+            active = self.calls_in_think or not part.in_reasoning
+            for piece in _split_blocks(part.text) if active else [part.text]:
                 if isinstance(piece, str):
                     content.append(piece)
+                    if not part.in_reasoning:
+                        answer.append(piece)
                     continue
                 read = _read_block(piece)
                 if isinstance(read, ToolCall):
@@ -77,48 +90,15 @@ class Qwen3Parser:
                     errors.append(read)
                 else:
                     unreported += 1
-        if unreported:
-            errors.append(
-                MalformedCall(
-                    f"{len(errors) + unreported} broken <tool_call> blocks in one turn; only the first "
-                    f"{self.max_calls} are answered. {FORMAT_HINT}"
-                )
-            )
-        if len(calls) > self.max_calls:
-            dropped, calls = calls[self.max_calls :], calls[: self.max_calls]
-            errors.append(
-                MalformedCall(
-                    f"{len(calls) + len(dropped)} tool calls in one turn; only the first {self.max_calls} "
-                    f"were run. Make at most {self.max_calls} calls per turn.",
-                    raw="\n".join(call.raw for call in dropped),
-                )
-            )
-        return ParseResult(content="".join(content).strip(), calls=calls, errors=errors)
-
-    def _segments(self, text: str) -> list[tuple[str, bool]]:
-        """`text` cut into (segment, calls are read here) pieces, in order."""
-        if self.calls_in_think:
-            return [(text, True)]
-        segments, pos = [], 0
-        for start, end in _think_spans(text):
-            segments += [(text[pos:start], True), (text[start:end], False)]
-            pos = end
-        segments.append((text[pos:], True))
-        return segments
-
-
-def _think_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each think block, tags included."""
-    spans, pos = [], 0
-    first_close, first_open = text.find(THINK_CLOSE), text.find(THINK_OPEN)
-    if first_close >= 0 and (first_open < 0 or first_close < first_open):
-        pos = first_close + len(THINK_CLOSE)
-        spans.append((0, pos))
-    while (start := text.find(THINK_OPEN, pos)) >= 0:
-        close = text.find(THINK_CLOSE, start + len(THINK_OPEN))
-        pos = len(text) if close < 0 else close + len(THINK_CLOSE)
-        spans.append((start, pos))
-    return spans
+        calls, errors = cap_calls(calls, errors, unreported, self.max_calls, CALL_OPEN, FORMAT_HINT)
+        return ParseResult(
+            content="".join(content).strip(),
+            calls=calls,
+            errors=errors,
+            reasoning=reasoning.split(text, THINK, self.starts_in_reasoning)[0],
+            answer="".join(answer).strip(),
+            calls_in_reasoning=drafted,
+        )
 
 
 def _split_blocks(text: str) -> list[str | _Block]:
@@ -211,3 +191,30 @@ def _json_type(value: Any) -> str:
 def _short(value: Any, limit: int = 40) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _is_qwen3(template: str, vocab: frozenset[str]) -> bool:
+    """ChatML turns with Hermes JSON calls (`{"name": ..., "arguments": ...}` inside `<tool_call>`),
+    not the XML form of qwen3_xml."""
+    return "<|im_start|>" in template and CALL_OPEN in template and "<function=" not in template
+
+
+QWEN3 = register_chat_format(
+    ChatFormat(
+        name="qwen3",
+        description="Qwen3 and Qwen3-2507: Hermes JSON in <tool_call>, <think> reasoning",
+        parser=Qwen3Parser,
+        reasoning=THINK,
+        prefills_reasoning=False,
+        leading_reasoning_only=False,
+        end_of_turn=("<|im_end|>", "<|endoftext|>"),
+        turn_end="<|im_end|>",
+        keep_tokens=(),
+        drops_past_reasoning=True,
+        history_rewriting=(
+            "drops the think block of assistant turns before the last user query; in non-thinking mode "
+            "each generation prompt pre-fills an empty <think>\\n\\n</think>\\n\\n that a full render drops"
+        ),
+        matches=_is_qwen3,
+    )
+)

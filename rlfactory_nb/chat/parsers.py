@@ -1,4 +1,4 @@
-"""Tool-call parsers, looked up by name.
+"""Tool-call parsers, looked up by name (a model family's `ChatFormat` names the one it uses).
 
 A parser turns one assistant message into the text the user sees, the calls to run and the blocks it
 could not read. Model text is untrusted and often malformed (most of all early in training), so
@@ -24,11 +24,17 @@ class ParseResult:
     """What a parser read from one assistant message."""
 
     content: str
-    """the message text with the parsed call blocks removed, stripped"""
+    """the message text with the parsed call blocks removed, stripped (reasoning left in place)"""
     calls: list[ToolCall] = field(default_factory=list)
     """well-formed calls to run, in the order they appear"""
     errors: list[MalformedCall] = field(default_factory=list)
     """call blocks that could not be read; the model is told about each"""
+    reasoning: str = ""
+    """the text inside the family's reasoning markers (markers removed), blocks joined by newlines"""
+    answer: str = ""
+    """the text outside reasoning with the parsed call blocks removed, stripped: what a reward reads"""
+    calls_in_reasoning: int = 0
+    """call blocks written inside reasoning: drafts, never run, counted so a drafting policy shows"""
 
     @property
     def has_calls(self) -> bool:
@@ -75,6 +81,31 @@ def get_parser(name: str, **options: object) -> ToolCallParser:
                 f"its options are: {', '.join(sorted(known))}"
             )
     return cls(**options)
+
+
+def cap_calls(
+    calls: list[ToolCall], errors: list[MalformedCall], unreported: int, max_calls: int, block: str, hint: str
+) -> tuple[list[ToolCall], list[MalformedCall]]:
+    """At most `max_calls` calls run per turn; the rest, and broken blocks past the first `max_calls`
+    (`unreported`, each would be one more message to the model), are reported in one error each."""
+    errors = list(errors)
+    if unreported:
+        errors.append(
+            MalformedCall(
+                f"{len(errors) + unreported} broken {block} blocks in one turn; only the first "
+                f"{max_calls} are answered. {hint}"
+            )
+        )
+    if len(calls) > max_calls:
+        dropped, calls = calls[max_calls:], calls[:max_calls]
+        errors.append(
+            MalformedCall(
+                f"{len(calls) + len(dropped)} tool calls in one turn; only the first {max_calls} "
+                f"were run. Make at most {max_calls} calls per turn.",
+                raw="\n".join(call.raw for call in dropped),
+            )
+        )
+    return calls, errors
 
 
 def format_error_for_model(error: MalformedCall) -> str:

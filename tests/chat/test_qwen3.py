@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlfactory_nb.parsing import format_error_for_model, get_parser, parser_names
+from rlfactory_nb.chat import format_error_for_model, get_parser, parser_names
 from rlfactory_nb.types import MalformedCall
 
 CALC = '{"name": "calculator", "arguments": {"expression": "12*3"}}'

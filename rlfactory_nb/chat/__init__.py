@@ -1,0 +1,49 @@
+"""Model families (chat formats) and their tool-call parsers.
+
+`get_chat_format("qwen3")` or `detect_chat_format(tokenizer)` gives a family's `ChatFormat`;
+`get_parser("qwen3").parse(text) -> ParseResult(content, calls, errors, reasoning, answer)`.
+A family is one module here that registers its record (qwen3.py, qwen3_xml.py).
+"""
+
+from rlfactory_nb.chat import qwen3 as _qwen3  # noqa: F401  (registers the "qwen3" family and parser)
+from rlfactory_nb.chat import qwen3_xml as _qwen3_xml  # noqa: F401  (registers "qwen3_xml")
+from rlfactory_nb.chat.detect import detect_chat_format, resolve_chat_format
+from rlfactory_nb.chat.format import (
+    ChatFormat,
+    chat_format_names,
+    eos_ids,
+    get_chat_format,
+    register_chat_format,
+    registered_chat_formats,
+)
+from rlfactory_nb.chat.parsers import (
+    ParseResult,
+    ToolCallParser,
+    format_error_for_model,
+    get_parser,
+    parser_names,
+    register_parser,
+)
+from rlfactory_nb.chat.qwen3 import Qwen3Parser
+from rlfactory_nb.chat.qwen3_xml import Qwen3XMLParser
+from rlfactory_nb.chat.reasoning import ReasoningMarkers
+
+__all__ = [
+    "ChatFormat",
+    "ParseResult",
+    "Qwen3Parser",
+    "Qwen3XMLParser",
+    "ReasoningMarkers",
+    "ToolCallParser",
+    "chat_format_names",
+    "detect_chat_format",
+    "eos_ids",
+    "format_error_for_model",
+    "get_chat_format",
+    "get_parser",
+    "parser_names",
+    "register_chat_format",
+    "register_parser",
+    "registered_chat_formats",
+    "resolve_chat_format",
+]

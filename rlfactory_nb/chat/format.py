@@ -1,0 +1,120 @@
+"""A model family's chat format: one frozen record, registered by name.
+
+Everything the rollout needs to know about one family lives here instead of in five files: which
+parser reads its tool calls, where its reasoning is and whether the generation prompt opens it, the
+tokens that end an assistant turn (the engine's stop set), the token after which the text between two
+assistant turns is cut (rollout/tokens.py), the special tokens decoding must keep, and the history
+rewriting its template does on purpose (so the drift check can tell design from bug).
+
+A family is one module in `chat/` that builds a ChatFormat and calls `register_chat_format`;
+`rollout.chat_format: auto` picks one from the tokenizer (chat/detect.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlfactory_nb.chat import reasoning
+from rlfactory_nb.chat.parsers import ToolCallParser
+from rlfactory_nb.errors import ChatFormatError
+
+TemplateMatcher = Callable[[str, frozenset[str]], bool]
+"""(chat template text, the vocabulary's token strings) -> whether the template is this family's"""
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """One model family's chat conventions (see the module docstring)."""
+
+    name: str
+    """registry name, the value of `rollout.chat_format`"""
+    description: str
+    """the models it covers and how their calls look, one line"""
+    parser: Callable[..., ToolCallParser]
+    """the tool-call parser class; called with `starts_in_reasoning` and its options (`max_calls=4`)"""
+    reasoning: reasoning.ReasoningMarkers | None
+    """the markers around reasoning; None for a family without reasoning blocks"""
+    prefills_reasoning: bool
+    """the family's generation prompt with thinking on ends with the opener, so sampled text starts
+    inside it (the agent reads the actual prompt, since one family's variants differ: Qwen3-2507's
+    thinking template pre-fills, Qwen3's does not; tests hold this field to the reference templates)"""
+    leading_reasoning_only: bool
+    """reasoning is only ever a block at the start of a turn; a later opener is data"""
+    end_of_turn: tuple[str, ...]
+    """token strings that end an assistant turn, besides the tokenizer's eos (the engine's stop set)"""
+    turn_end: str
+    """the token after which the text between two assistant turns is cut (the delta's start)"""
+    keep_tokens: tuple[str, ...]
+    """special tokens that carry calls or reasoning: decoding a turn must keep them"""
+    drops_past_reasoning: bool
+    """the template drops earlier turns' reasoning, so a full render differs from a rollout there"""
+    history_rewriting: str
+    """what the template rewrites in history on purpose, in words (the docs table and drift reports)"""
+    matches: TemplateMatcher
+    """whether a chat template (and its vocabulary) belongs to this family; used by `auto`"""
+
+    def new_parser(self, starts_in_reasoning: bool = False, **options: Any) -> ToolCallParser:
+        """A parser for one agent; `starts_in_reasoning` when the prompt pre-filled the opener."""
+        return self.parser(starts_in_reasoning=starts_in_reasoning, **options)
+
+    def split_reasoning(self, text: str, starts_in_reasoning: bool = False) -> tuple[str, str]:
+        """(reasoning, the text outside it), both stripped."""
+        return reasoning.split(text, self.reasoning, starts_in_reasoning, self.leading_reasoning_only)
+
+    def end_of_turn_ids(self, tokenizer: Any) -> tuple[int, ...]:
+        """The tokenizer's eos id(s), then the ids of `end_of_turn` the vocabulary has; no duplicates."""
+        vocab = tokenizer.get_vocab()
+        ids = [*eos_ids(tokenizer), *(vocab[token] for token in self.end_of_turn if token in vocab)]
+        return tuple(dict.fromkeys(int(i) for i in ids))
+
+    def decode(self, tokenizer: Any, ids: Sequence[int]) -> str:
+        """One turn's text: special tokens dropped except `keep_tokens` (Llama's `<|python_tag|>`,
+        Harmony's `<|channel|>` are special, and `skip_special_tokens=True` would erase the call)."""
+        vocab = tokenizer.get_vocab() if self.keep_tokens else {}
+        keep = {vocab[token] for token in self.keep_tokens if token in vocab}
+        if not keep.intersection(ids):
+            return tokenizer.decode(list(ids), skip_special_tokens=True)
+        special = set(tokenizer.all_special_ids) - keep
+        return tokenizer.decode([i for i in ids if i not in special], skip_special_tokens=False)
+
+
+def eos_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The tokenizer's eos id(s), whether it holds one id or a list."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    ids = eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else []
+    return tuple(dict.fromkeys(int(i) for i in ids))
+
+
+_FORMATS: dict[str, ChatFormat] = {}
+
+
+def register_chat_format(chat_format: ChatFormat) -> ChatFormat:
+    """Make `chat_format` available by its name (and to `auto`); returns it, for a module constant."""
+    known = _FORMATS.get(chat_format.name)
+    if known is not None and known != chat_format:
+        raise ValueError(f"chat format {chat_format.name!r} is already registered ({known.description})")
+    _FORMATS[chat_format.name] = chat_format
+    return chat_format
+
+
+def chat_format_names() -> list[str]:
+    return sorted(_FORMATS)
+
+
+def registered_chat_formats() -> list[ChatFormat]:
+    """Every family, in registration order (what `auto` tries)."""
+    return list(_FORMATS.values())
+
+
+def get_chat_format(name: str) -> ChatFormat:
+    """The family registered as `name`; an unknown name is a ChatFormatError naming the closest."""
+    if name in _FORMATS:
+        return _FORMATS[name]
+    close = difflib.get_close_matches(name, list(_FORMATS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ChatFormatError(
+        f"unknown chat format {name!r}{hint}; known formats: auto, {', '.join(chat_format_names())}"
+    )
