@@ -45,11 +45,11 @@ def trajectory(total: int, generator: torch.Generator, sampled: bool = True) -> 
     return Trajectory(ids[:prompt], ids[prompt:], mask, [-1.0] * sum(mask))
 
 
-def ragged_batch(policy: torch.nn.Module, lengths=LENGTHS, empty: int | None = None) -> TrainBatch:
-    """Trajectories of `lengths` (the one at index `empty` with nothing sampled), mixed-sign
+def ragged_batch(policy: torch.nn.Module, lengths=LENGTHS, empty: tuple[int, ...] = ()) -> TrainBatch:
+    """Trajectories of `lengths` (those at the indices in `empty` with nothing sampled), mixed-sign
     advantages, and old log-probs near the policy's own so the clipped surrogate has gradients."""
     generator = torch.Generator().manual_seed(len(lengths))
-    trajectories = [trajectory(total, generator, index != empty) for index, total in enumerate(lengths)]
+    trajectories = [trajectory(total, generator, index not in empty) for index, total in enumerate(lengths)]
     advantages = torch.linspace(-1.0, 1.0, len(lengths)).roll(3)
     batch = build_batch(trajectories, advantages, pad_id=0)
     with torch.no_grad():
@@ -109,7 +109,7 @@ def test_packed_log_probs_and_entropy_equal_the_padded_ones():
 @pytest.mark.parametrize("loss", loss_names())
 def test_every_loss_and_its_gradients_equal_the_padded_ones(loss):
     policy, reference = model(), model(seed=1)
-    batch = ragged_batch(policy, empty=2)
+    batch = ragged_batch(policy, empty=(2,))
     settings = replace(PADDED, loss=loss, kl_coef=0.1, entropy_coef=0.01)
     padded = gradients(policy, batch, settings, reference)
     packed = gradients(policy, batch, replace(settings, padding_free=True), reference)
@@ -119,7 +119,7 @@ def test_every_loss_and_its_gradients_equal_the_padded_ones(loss):
         assert torch.allclose(packed[1][name], gradient, atol=1e-6, rtol=1e-4), name
 
 
-def sgd_step(settings: UpdateSettings, lengths=LENGTHS, empty=None, **kwargs):
+def sgd_step(settings: UpdateSettings, lengths=LENGTHS, empty=(), **kwargs):
     policy = TrainingSetup(Precision(torch.float32, torch.float32)).prepare(model())
     batch = ragged_batch(policy, lengths, empty)
     optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
@@ -261,21 +261,29 @@ def test_an_attention_without_packed_support_is_a_config_error_at_start():
 
 def test_a_trajectory_with_nothing_sampled_is_left_out_of_the_packed_rows():
     settings = replace(PADDED, mini_batch_size=8, micro_batch_size=8)
-    padded = sgd_step(settings, empty=0)
-    packed = sgd_step(replace(settings, padding_free=True), empty=0)
+    padded = sgd_step(settings, empty=(0,))
+    packed = sgd_step(replace(settings, padding_free=True), empty=(0,))
     assert_same_step(padded, packed)
-    alone = sgd_step(replace(settings, padding_free=True), lengths=[40, 77], empty=None)
-    nothing = sgd_step(replace(settings, padding_free=True), lengths=[40, 77], empty=0)
+    alone = sgd_step(replace(settings, padding_free=True), lengths=[40, 77])
+    nothing = sgd_step(replace(settings, padding_free=True), lengths=[40, 77], empty=(0,))
     assert alone[1]["train/tokens"] > nothing[1]["train/tokens"] > 0
 
 
-def test_a_budget_below_one_prompt_trains_each_trajectory_alone():
+def test_a_mini_batch_with_nothing_sampled_trains_nothing_packed():
+    settings = replace(PACKED, mini_batch_size=8, max_tokens_per_micro_batch=1000)
+    weights, metrics = sgd_step(settings, lengths=[40, 77, 150], empty=(0, 1, 2))
+    assert all(torch.equal(tensor, model().state_dict()[name]) for name, tensor in weights.items())
+    assert metrics["train/tokens"] == 0 and metrics["train/optimizer_steps"] == 1
+
+
+def test_a_budget_below_one_prompt_trains_each_trajectory_alone(caplog):
     """Every trajectory is over a 3-token budget: each is a row of its own, counted and logged."""
     settings = replace(PADDED, mini_batch_size=8, micro_batch_size=8)
     padded = sgd_step(settings, lengths=LENGTHS[:5])
     packed = sgd_step(replace(settings, padding_free=True, max_tokens_per_micro_batch=3), lengths=LENGTHS[:5])
     assert_same_step(padded, packed)
     assert packed[1]["train/oversized_sequences"] == 5
+    assert "5 trajectories were longer than grpo.max_tokens_per_micro_batch (3)" in caplog.text
 
 
 def test_the_config_flag_reaches_the_update_and_the_setup(make_cfg):
