@@ -117,11 +117,10 @@ def check_attention(model: Any) -> None:
     implementation = getattr(config, "_attn_implementation", None)
     if implementation in PACKED_ATTENTION:
         return
-    raise ConfigError(
-        [
-            f"grpo.padding_free: the model's attention implementation {implementation!r} cannot take "
-            "packed sequences (transformers gives it no block-diagonal mask, so sequences in a row "
-            "would attend to each other): set grpo.padding_free: false, or load the model with "
-            "attn_implementation 'sdpa' or 'flash_attention_2'"
-        ]
+    problem = (
+        f"grpo.padding_free: the model's attention implementation {implementation!r} cannot take "
+        "packed sequences (transformers gives it no block-diagonal mask, so sequences in a row "
+        "would attend to each other): set grpo.padding_free: false, or load the model with "
+        "attn_implementation 'sdpa' or 'flash_attention_2'"
     )
+    raise ConfigError([problem])

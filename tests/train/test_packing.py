@@ -1,7 +1,6 @@
 """Padding-free micro-batches equal the padded path: log-probs, every registered loss and its
 gradients, one optimizer step; packed sequences never see each other; bad input fails clearly."""
 
-import copy
 from dataclasses import replace
 
 import pytest
@@ -60,7 +59,7 @@ def ragged_batch(policy: torch.nn.Module, lengths=LENGTHS, empty: tuple[int, ...
 
 def gradients(policy, batch, settings, reference=None):
     policy.zero_grad()
-    loss, metrics, logprobs = micro_loss(policy, batch, None, settings, reference)
+    loss, _, logprobs = micro_loss(policy, batch, None, settings, reference)
     loss.backward()
     grads = {name: p.grad.clone() for name, p in policy.named_parameters() if p.grad is not None}
     return loss.detach(), grads, logprobs
@@ -156,7 +155,9 @@ def test_one_optimizer_step_with_kl_and_entropy_equals_the_padded_one():
     padded = sgd_step(settings, reference=reference)
     packed = sgd_step(replace(settings, padding_free=True), reference=reference)
     assert_same_step(padded, packed)
-    assert packed[1]["train/kl"] == pytest.approx(padded[1]["train/kl"], rel=1e-4) and padded[1]["train/kl"] > 0
+    assert (
+        packed[1]["train/kl"] == pytest.approx(padded[1]["train/kl"], rel=1e-4) and padded[1]["train/kl"] > 0
+    )
 
 
 def test_ranks_run_equal_numbers_of_packed_micro_batches(monkeypatch):
@@ -253,7 +254,9 @@ def test_an_attention_without_packed_support_is_a_config_error_at_start():
     AttentionInterface.register("no_varlen_attention", sdpa_attention_forward)  # ignores positions
     policy = model()
     policy.set_attn_implementation("no_varlen_attention")
-    with pytest.raises(ConfigError, match="no_varlen_attention.*padding_free: false.*sdpa.*flash_attention_2"):
+    with pytest.raises(
+        ConfigError, match="no_varlen_attention.*padding_free: false.*sdpa.*flash_attention_2"
+    ):
         TrainingSetup(Precision(torch.float32, torch.float32), padding_free=True).prepare(policy)
     TrainingSetup(Precision(torch.float32, torch.float32)).prepare(policy)  # padded: no check needed
     check_attention(model())  # sdpa passes
