@@ -21,6 +21,8 @@ from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, forward_stats, micro_loss, policy_update, token_stats
 from rlfactory_nb.types import Trajectory
 
+from .test_loop import run_one_step
+
 LENGTHS = [5, 12, 40, 77, 150, 300, 520, 900]
 """prompt + response tokens of the ragged batch"""
 PADDED = UpdateSettings(loss_args=LossArgs(token_budget=1024), max_grad_norm=1e9)
@@ -294,3 +296,13 @@ def test_the_config_flag_reaches_the_update_and_the_setup(make_cfg):
     assert UpdateSettings.from_config(cfg).padding_free
     assert TrainingSetup.from_config(cfg, torch.device("cpu")).padding_free
     assert not UpdateSettings.from_config(make_cfg()).padding_free  # off by default in this slice
+
+
+async def test_a_run_with_padding_free_trains_the_step_it_trains_padded(make_cfg):
+    """Through the Trainer: the config reaches the update, the attention check passes at start, and
+    the step's loss is the padded run's (rollouts repeat per seed)."""
+    _, padded = await run_one_step(make_cfg(grpo__steps=1, name="padded"))
+    _, packed = await run_one_step(make_cfg(grpo__steps=1, grpo__padding_free=True, name="packed"))
+    assert packed["train/optimizer_steps"] == padded["train/optimizer_steps"] >= 1
+    assert packed["train/loss"] == pytest.approx(padded["train/loss"], abs=1e-5)
+    assert packed["train/padding_tokens"] == 0
