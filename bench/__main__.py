@@ -30,6 +30,7 @@ ORDER = (
     "engines",
     "grpo_step",
     "memory",
+    "packing",
     "async_training",
     "learning",
     "learning_options",

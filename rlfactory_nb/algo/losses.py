@@ -249,12 +249,14 @@ def dr_grpo_loss(
     args: LossArgs = DEFAULT_ARGS,
     rollout_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
-    """Sum over each sequence's tokens divided by the constant token budget, then mean over sequences."""
+    """Sum over each sequence's tokens divided by the constant token budget, then mean over the
+    sequences that have sampled tokens (what `loss_weight` counts, so accumulation stays exact)."""
     per_token, metrics = _per_token_terms(logprobs, old_logprobs, advantages, mask, args, rollout_logprobs)
     budget = args.token_budget if args.token_budget is not None else mask.shape[-1]
     if budget <= 0:
         raise ValueError(f"LossArgs.token_budget must be a positive number of tokens, got {budget}")
-    loss = (masked_sum(per_token, mask, dim=-1) / budget).mean()
+    has_tokens = mask.bool().any(dim=-1)  # (B,): like grpo, a sequence with nothing sampled is no sample
+    loss = masked_mean(masked_sum(per_token, mask, dim=-1) / budget, has_tokens)
     return loss, {"loss": loss.item(), **metrics}
 
 

@@ -273,8 +273,12 @@ class RayBackend:
             self._ray.kill(worker)
 
 
+SUMMED = ("train/tokens", "train/padding_tokens", "train/oversized_sequences")
+"""per-rank counts (see `rlfactory_nb.train.update`), added up over the ranks"""
+
+
 def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """One metrics row from every rank's: means, except token counts (summed: each rank saw its own
+    """One metrics row from every rank's: means, except counts (`SUMMED`: each rank saw its own
     slice) and `_max` keys (the largest).
 
     >>> merge_rank_metrics([{"train/loss": 1.0, "train/tokens": 3, "train/gap_max": 2.0},
@@ -284,7 +288,7 @@ def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     merged: dict[str, float] = {}
     for key in dict.fromkeys(key for metrics in per_rank for key in metrics):
         values = [metrics[key] for metrics in per_rank if key in metrics]
-        if key == "train/tokens":
+        if key in SUMMED:
             merged[key] = sum(values)
         elif key.endswith("_max"):
             merged[key] = max(values)

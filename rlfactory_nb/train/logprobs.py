@@ -130,16 +130,12 @@ def _swapped_head(model: torch.nn.Module, head: torch.nn.Module) -> Iterator[Non
 
 
 def chunked_token_stats(
-    model: torch.nn.Module,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    loss_mask: Tensor,
-    start: int,
-    chunk: int,
-    dtype: Any,
+    model: torch.nn.Module, inputs: dict[str, Any], loss_mask: Tensor, start: int, chunk: int, dtype: Any
 ) -> tuple[Tensor, Tensor]:
     """(logprobs (B, L), entropy (B, L)) of every sampled token (loss_mask == 1), 0 elsewhere, with
-    the alignment of `rlfactory_nb.train.batch`. `start` is the first trained column (>= 1)."""
+    the alignment of `rlfactory_nb.train.batch`. `inputs` are the forward's: input_ids (B, L) and
+    an attention mask, or a packed row's position ids. `start` is the first trained column (>= 1)."""
+    input_ids = inputs["input_ids"]
     keep = input_ids.shape[1] - start + 1  # output positions start-1 .. L-1
     select = torch.zeros((input_ids.shape[0], keep), dtype=torch.bool, device=input_ids.device)
     select[:, :-1] = loss_mask[:, start:]  # position start-1+j predicts token start+j
@@ -148,7 +144,7 @@ def chunked_token_stats(
     inner = causal_lm(model)
     head = _TokenStatsHead(inner.get_output_embeddings(), targets, select, chunk, dtype)
     with _swapped_head(model, head):
-        packed = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
-    padding = packed.new_zeros((input_ids.shape[0], start, 2))
-    stats = torch.cat([padding, packed[:, :-1]], dim=1)  # (B, L, 2)
+        kept = model(**inputs, logits_to_keep=keep).logits
+    padding = kept.new_zeros((input_ids.shape[0], start, 2))
+    stats = torch.cat([padding, kept[:, :-1]], dim=1)  # (B, L, 2)
     return stats[..., 0], stats[..., 1]

@@ -8,6 +8,9 @@ model it holds, so all of them train the same thing:
     checkpointing  with `model.gradient_checkpointing`: each decoder layer's activations recomputed
                    in backward (transformers' non-reentrant checkpointing, which works under peft,
                    DDP and FSDP alike)
+    packing        with `grpo.padding_free`: the attention implementation is checked to keep packed
+                   sequences apart (`rlfactory_nb.train.packing.check_attention`), a ConfigError
+                   at run start rather than a silently wrong mask
 
 and `engine_weights` turns the trainer's state dict into what engines load: adapters merged, in the
 compute dtype.
@@ -24,6 +27,7 @@ import torch
 from rlfactory_nb.models import lora as lora_adapters
 from rlfactory_nb.models.lora import is_adapted
 from rlfactory_nb.models.precision import Precision, apply_dtypes, engine_state
+from rlfactory_nb.train.packing import check_attention
 
 __all__ = ["TrainingSetup", "is_adapted"]
 
@@ -36,6 +40,8 @@ class TrainingSetup:
     gradient_checkpointing: bool = False
     base_name: str = ""
     """the run's model.name, recorded in adapter checkpoints as their base"""
+    padding_free: bool = False
+    """the run's grpo.padding_free: the update packs micro-batches into rows"""
 
     @classmethod
     def from_config(cls, cfg: Any, device: torch.device) -> TrainingSetup:
@@ -44,10 +50,13 @@ class TrainingSetup:
             lora=cfg.model.lora,
             gradient_checkpointing=cfg.model.gradient_checkpointing,
             base_name=cfg.model.name,
+            padding_free=cfg.grpo.padding_free,
         )
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """`model` (a plain transformers model, or an already adapted one on resume) ready to train."""
+        if self.padding_free:
+            check_attention(model)
         if self.lora is not None and not is_adapted(model):
             model = lora_adapters.apply_lora(model, self.lora, self.base_name)
         apply_dtypes(model, self.precision)

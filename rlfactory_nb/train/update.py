@@ -17,6 +17,13 @@ With `max_tokens_per_micro_batch` set, micro-batches are bounded by padded token
 each rank's rows are sorted by length and packed, never split, so that rows x longest row stays
 within the budget (`token_budget_slices`); the weights above keep the accumulated gradient exact.
 
+With `padding_free` each micro-batch is one packed row instead (`rlfactory_nb.train.packing`): a
+rank's trajectories are binned first-fit-decreasing by real tokens (`packed_slices`), every forward
+(the update, the KL reference, the old-log-prob recompute) runs on the row, and its per-token
+log-probs and entropy are unpacked to the padded layout before any loss sees them, so every loss
+reduces over the tokens it would padded. Trajectories with no sampled token are left out of the
+rows: they carry no loss (and a rank left with none still runs its zero-weight padding passes).
+
 The forward runs in the compute dtype under autocast over float32 master weights (see
 `rlfactory_nb.models.precision`), and log-probs and entropy come from `rlfactory_nb.train.logprobs`
 (chunked; no (rows, length, vocabulary) tensor) unless `logprob_chunk_tokens` is None.
@@ -31,6 +38,7 @@ or vLLM's kernels against transformers', show up there first).
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -42,8 +50,11 @@ from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_reduction
 from rlfactory_nb.models.precision import FLOAT32, Precision, autocast
 from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_logprobs
 from rlfactory_nb.train.logprobs import chunked_token_stats, supports_chunking
+from rlfactory_nb.train.packing import PackedRow, first_fit_decreasing, pack
 from rlfactory_nb.train.parallel import gradient_sync
 from rlfactory_nb.train.schedule import LRSchedule
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class UpdateSettings:
     entropy_coef: float = 0.0
     seed: int = 0
     max_tokens_per_micro_batch: int | None = None
+    padding_free: bool = False
     logprob_chunk_tokens: int | None = 1024
     precision: Precision = FLOAT32
     lr_schedule: LRSchedule | None = None
@@ -138,6 +150,13 @@ def policy_update(
     finally:
         model.eval()
     metrics = tally.means()
+    if metrics["train/oversized_sequences"]:
+        log.warning(
+            "%d trajectories were longer than grpo.max_tokens_per_micro_batch (%s) and each trained "
+            "in a micro-batch of its own; raise the budget if memory allows",
+            metrics["train/oversized_sequences"],
+            settings.max_tokens_per_micro_batch,
+        )
     metrics["train/lr"] = optimizer.param_groups[0]["lr"]
     return metrics
 
@@ -174,6 +193,8 @@ def _mini_batch_step(
             loss, metrics, logprobs = micro_loss(model, micro, micro_rollout, settings, reference)
             (loss * share * scale).backward()
         tally.add(metrics, share * scale)
+        if scale:
+            tally.count(layout_counts(micro, settings))
         if measure_gap and scale:
             tally.add_gap(logprobs.cpu(), micro.old_logprobs, micro.loss_mask)
     grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -187,11 +208,26 @@ def _mini_batch_step(
 
 def micro_slices(mini: TrainBatch, rows: Tensor, settings: UpdateSettings) -> list[Tensor]:
     """One rank's rows of a mini-batch (indices into it) cut into micro-batches: `micro_batch_size`
-    rows each, or packed by `max_tokens_per_micro_batch`."""
+    rows each, or packed by `max_tokens_per_micro_batch`; with `padding_free`, `packed_slices`."""
+    if settings.padding_free:
+        return packed_slices(mini, rows, settings)
     if settings.max_tokens_per_micro_batch is None:
         return list(torch.split(rows, settings.micro_batch_size))
     lengths = mini.attention_mask[rows].sum(dim=-1)
     return [rows[part] for part in token_budget_slices(lengths, settings.max_tokens_per_micro_batch)]
+
+
+def packed_slices(mini: TrainBatch, rows: Tensor, settings: UpdateSettings) -> list[Tensor]:
+    """The rows with sampled tokens, one packed row per slice: first-fit-decreasing by real tokens up to
+    `max_tokens_per_micro_batch` (one over it alone), or `micro_batch_size` rows each without a budget."""
+    rows = rows[mini.loss_mask[rows].any(dim=-1)]  # a trajectory with nothing sampled has no loss
+    if not len(rows):
+        return []
+    if settings.max_tokens_per_micro_batch is None:
+        return list(torch.split(rows, settings.micro_batch_size))
+    lengths = mini.attention_mask[rows].sum(dim=-1).tolist()
+    bins = first_fit_decreasing(lengths, settings.max_tokens_per_micro_batch)
+    return [rows[torch.tensor(members)] for members in bins]
 
 
 def token_budget_slices(lengths: Tensor, budget: int) -> list[Tensor]:
@@ -227,11 +263,8 @@ def micro_loss(
     if rollout_logprobs is not None:
         rollout_logprobs = rollout_logprobs.to(device)
     mask = micro.loss_mask
-    start = first_trained_position(mask)
     with autocast(device, settings.precision):
-        logprobs, entropies = token_stats(
-            model, micro, start, settings, entropy_grad=bool(settings.entropy_coef)
-        )
+        logprobs, entropies = token_stats(model, micro, settings, entropy_grad=bool(settings.entropy_coef))
         loss, metrics = get_loss(settings.loss)(
             logprobs, micro.old_logprobs, micro.advantages, mask, settings.loss_args, rollout_logprobs
         )
@@ -241,7 +274,7 @@ def micro_loss(
             loss = loss - settings.entropy_coef * entropy
         if reference is not None and settings.kl_coef:
             with torch.no_grad():
-                reference_logprobs, _ = token_stats(reference, micro, start, settings, entropy_grad=False)
+                reference_logprobs, _ = token_stats(reference, micro, settings, entropy_grad=False)
             kl = masked_mean(kl_penalty(logprobs, reference_logprobs, mask, settings.kl_estimator), mask)
             loss = loss + settings.kl_coef * kl
             metrics["kl"] = float(kl.detach())
@@ -249,24 +282,38 @@ def micro_loss(
 
 
 def token_stats(
-    model: torch.nn.Module, micro: TrainBatch, start: int, settings: UpdateSettings, entropy_grad: bool
+    model: torch.nn.Module, micro: TrainBatch, settings: UpdateSettings, entropy_grad: bool
 ) -> tuple[Tensor, Tensor]:
-    """(logprobs, entropies), both (B, L) and set at the sampled tokens: chunked over tokens through
-    the model's own forward (`rlfactory_nb.train.logprobs`), or from the full logits window."""
+    """(logprobs, entropies), both (B, L) and set at the sampled tokens. With `padding_free` the
+    forward runs on the micro-batch packed into one row, and both come back unpacked to (B, L)."""
+    if settings.padding_free:
+        row: PackedRow = pack(micro.input_ids, micro.attention_mask, micro.loss_mask)
+        logprobs, entropies = forward_stats(model, row.model_inputs(), row.loss_mask, settings, entropy_grad)
+        return row.unpack(logprobs), row.unpack(entropies)
+    inputs = {"input_ids": micro.input_ids, "attention_mask": micro.attention_mask}
+    return forward_stats(model, inputs, micro.loss_mask, settings, entropy_grad)
+
+
+def forward_stats(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    loss_mask: Tensor,
+    settings: UpdateSettings,
+    entropy_grad: bool,
+) -> tuple[Tensor, Tensor]:
+    """(logprobs, entropies) (b, L) of one forward over `inputs` (input_ids (b, L) and the mask or
+    position ids): chunked over tokens through the model's own forward (`rlfactory_nb.train.logprobs`),
+    or from the full logits window."""
+    start = first_trained_position(loss_mask)
+    input_ids = inputs["input_ids"]
     if settings.logprob_chunk_tokens and supports_chunking(model):
         return chunked_token_stats(
-            model,
-            micro.input_ids,
-            micro.attention_mask,
-            micro.loss_mask,
-            start,
-            settings.logprob_chunk_tokens,
-            settings.precision.compute,
+            model, inputs, loss_mask, start, settings.logprob_chunk_tokens, settings.precision.compute
         )
-    window = response_logits(model, micro, start)  # (b, L - start + 1, V)
-    logprobs = window_logprobs(window, micro.input_ids, start)  # (b, L)
+    window = response_logits(model, inputs, start)  # (b, L - start + 1, V)
+    logprobs = window_logprobs(window, input_ids, start)  # (b, L)
     # window[:, j] predicts token start + j: pair it with the mask from `start`, no (b, L, V) copy.
-    selected = micro.loss_mask[:, start:]
+    selected = loss_mask[:, start:]
     entropies = torch.zeros_like(logprobs)
     with contextlib.nullcontext() if entropy_grad else torch.no_grad():
         log_p = torch.log_softmax(window[:, :-1][selected].float(), dim=-1)  # (N, V)
@@ -274,11 +321,11 @@ def token_stats(
     return logprobs, entropies
 
 
-def response_logits(model: torch.nn.Module, micro: TrainBatch, start: int) -> Tensor:
+def response_logits(model: torch.nn.Module, inputs: dict[str, Any], start: int) -> Tensor:
     """Logits of positions start-1 .. L-1 only: the prompt's positions before them are never
     trained, and their (b, start, V) logits were most of the forward's output memory and time."""
-    keep = micro.input_ids.shape[1] - start + 1
-    return model(input_ids=micro.input_ids, attention_mask=micro.attention_mask, logits_to_keep=keep).logits
+    keep = inputs["input_ids"].shape[1] - start + 1
+    return model(**inputs, logits_to_keep=keep).logits
 
 
 @torch.no_grad()
@@ -286,14 +333,23 @@ def recompute_logprobs(model: torch.nn.Module, batch: TrainBatch, settings: Upda
     """The trainer's own logprob of every sampled token (B, L), 0 elsewhere, before any update."""
     result = torch.zeros_like(batch.old_logprobs)
     device = _device(model)
-    for rows in torch.split(torch.arange(batch.batch_size), settings.micro_batch_size):
+    # The same slices on every rank (a forward is a collective under FSDP), within the token budget.
+    for rows in micro_slices(batch, torch.arange(batch.batch_size), settings):
         micro = take(batch, rows).to(device)
-        first = first_trained_position(micro.loss_mask)
         with autocast(device, settings.precision):
-            logprobs, _ = token_stats(model, micro, first, settings, entropy_grad=False)
+            logprobs, _ = token_stats(model, micro, settings, entropy_grad=False)
         width = logprobs.shape[1]
         result[rows, :width] = logprobs.float().cpu().masked_fill(~micro.loss_mask.cpu(), 0.0)
     return result
+
+
+def layout_counts(micro: TrainBatch, settings: UpdateSettings) -> dict[str, float]:
+    """The padding tokens a micro-batch's forward paid for (0 packed), and its trajectories longer
+    than the token budget (each trained alone)."""
+    real = micro.attention_mask.sum(dim=-1)  # (b,)
+    budget = settings.max_tokens_per_micro_batch
+    padding = 0.0 if settings.padding_free else float(micro.input_ids.numel() - real.sum())
+    return {"padding_tokens": padding, "oversized_sequences": float((real > budget).sum()) if budget else 0.0}
 
 
 def loss_weight(batch: TrainBatch, loss: str) -> float:
@@ -326,6 +382,7 @@ class _Tally:
         self.grad_norms: list[float] = []
         self.tokens = 0.0
         self.gaps: list[Tensor] = []
+        self.counts: dict[str, float] = {"padding_tokens": 0.0, "oversized_sequences": 0.0}
 
     def add(self, metrics: dict[str, float], weight: float) -> None:
         if weight:  # a zero-weight padding micro-batch trained no tokens
@@ -334,6 +391,11 @@ class _Tally:
             if key not in ("num_tokens", "num_sequences"):
                 self.sums[key] = self.sums.get(key, 0.0) + value * weight
         self.weight += weight
+
+    def count(self, counts: dict[str, float]) -> None:
+        """Totals over the step (every pass), not means."""
+        for key, value in counts.items():
+            self.counts[key] += value
 
     def add_gap(self, trainer: Tensor, engine: Tensor, mask: Tensor) -> None:
         """|trainer - engine| logprob of each sampled token, measured before any optimizer step."""
@@ -348,6 +410,7 @@ class _Tally:
         metrics["train/grad_norm"] = sum(self.grad_norms) / max(len(self.grad_norms), 1)
         metrics["train/optimizer_steps"] = len(self.grad_norms)
         metrics["train/tokens"] = self.tokens
+        metrics.update({f"train/{key}": value for key, value in self.counts.items()})
         gaps = torch.cat(self.gaps) if self.gaps else torch.zeros(0)
         if gaps.numel():
             metrics["train/logprob_gap_mean"] = float(gaps.mean())

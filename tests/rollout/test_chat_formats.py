@@ -26,7 +26,7 @@ QUESTION = [{"role": "user", "content": "What is 12*7?"}]
 class Calculator:
     """The one tool these rollouts call, in process: the tool side is tested elsewhere."""
 
-    specs: list = []
+    specs: tuple = ()
 
     async def call_many(self, calls):
         return [ToolResult(name, "ok", str(eval(arguments["expression"]))) for name, arguments in calls]

@@ -5,7 +5,6 @@ import torch
 
 from rlfactory_nb.algo.losses import masked_mean
 from rlfactory_nb.models.precision import Precision
-from rlfactory_nb.train.batch import first_trained_position
 from rlfactory_nb.train.update import UpdateSettings, token_stats
 
 from .conftest import tiny_random_qwen3
@@ -15,8 +14,7 @@ from .test_loop import hand_batch
 def stats_and_gradients(settings: UpdateSettings, entropy_weight: float = 0.5):
     model = tiny_random_qwen3()
     batch = hand_batch()
-    start = first_trained_position(batch.loss_mask)
-    logprobs, entropies = token_stats(model, batch, start, settings, entropy_grad=True)
+    logprobs, entropies = token_stats(model, batch, settings, entropy_grad=True)
     mask = batch.loss_mask
     objective = (logprobs * mask).sum() + entropy_weight * masked_mean(entropies, mask)
     objective.backward()
@@ -48,6 +46,6 @@ def test_the_output_layer_is_restored_after_the_forward():
     model = tiny_random_qwen3()
     head = model.get_output_embeddings()
     batch = hand_batch()
-    token_stats(model, batch, first_trained_position(batch.loss_mask), UpdateSettings(), entropy_grad=False)
+    token_stats(model, batch, UpdateSettings(), entropy_grad=False)
     assert model.get_output_embeddings() is head
     assert set(model.state_dict()) == set(tiny_random_qwen3().state_dict())
