@@ -13,7 +13,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.models.policy import Policy
@@ -24,6 +23,11 @@ from rlfactory_nb.types import load_jsonl
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHT_NOISE = 1e-5
 """the most two runs' weights may differ by (engine logprob noise; see the module docstring)"""
+FLIPPED_SHARE = 1e-3
+"""the share of weights allowed past WEIGHT_NOISE: Adam's first step moves a weight by about +-lr
+whatever its gradient's size, so noise that flips the sign of a near-zero gradient moves that weight
+by up to 2 lr (seen under load, 3 failures in ~20 runs, in one weight matrix); a resume that lost
+the optimizer state or a seed out of place moves most weights"""
 
 
 def calculator_config(output_dir: Path, name: str) -> RunConfig:
@@ -65,8 +69,12 @@ def assert_same_weights(first: Path, second: Path, step: int) -> None:
     folder = f"checkpoints/step_{step:06d}"
     weights = [Policy.load(run / folder).model.state_dict() for run in (first, second)]
     assert weights[0].keys() == weights[1].keys()
-    for name, tensor in weights[0].items():
-        torch.testing.assert_close(tensor, weights[1][name], rtol=0, atol=WEIGHT_NOISE, msg=f"{name} at {step}")
+    apart = {name: int(((tensor - weights[1][name]).abs() > WEIGHT_NOISE).sum()) for name, tensor in weights[0].items()}
+    total = sum(tensor.numel() for tensor in weights[0].values())
+    assert sum(apart.values()) <= FLIPPED_SHARE * total, (
+        f"at step {step}, {sum(apart.values())} of {total} weights differ by more than {WEIGHT_NOISE}: "
+        + ", ".join(f"{name} {count}" for name, count in apart.items() if count)
+    )
 
 
 @pytest.mark.slow
