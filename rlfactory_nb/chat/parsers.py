@@ -83,6 +83,12 @@ def get_parser(name: str, **options: object) -> ToolCallParser:
     return cls(**options)
 
 
+def check_max_calls(max_calls: object) -> None:
+    """A parser's `max_calls` option: an integer >= 1 (a bool is not one)."""
+    if not isinstance(max_calls, int) or isinstance(max_calls, bool) or max_calls < 1:
+        raise ValueError(f"max_calls must be an integer >= 1, got {max_calls!r}")
+
+
 def cap_calls(
     calls: list[ToolCall], errors: list[MalformedCall], unreported: int, max_calls: int, block: str, hint: str
 ) -> tuple[list[ToolCall], list[MalformedCall]]:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from rlfactory_nb.chat import reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, cap_calls, register_parser
+from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, register_parser
 from rlfactory_nb.types import MalformedCall, ToolCall
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -64,8 +64,7 @@ class Qwen3Parser:
     """the generation prompt pre-filled `<think>`: the text starts inside a think block"""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_calls, int) or isinstance(self.max_calls, bool) or self.max_calls < 1:
-            raise ValueError(f"max_calls must be an integer >= 1, got {self.max_calls!r}")
+        check_max_calls(self.max_calls)
 
     def parse(self, text: str) -> ParseResult:
         content: list[str] = []

@@ -35,7 +35,7 @@ from typing import Any
 
 from rlfactory_nb.chat import reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, cap_calls, register_parser
+from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, register_parser
 from rlfactory_nb.chat.qwen3 import THINK
 from rlfactory_nb.types import MalformedCall, ToolCall
 
@@ -84,8 +84,7 @@ class Qwen3XMLParser:
     """the generation prompt pre-filled `<think>`: the text starts inside the think block"""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_calls, int) or isinstance(self.max_calls, bool) or self.max_calls < 1:
-            raise ValueError(f"max_calls must be an integer >= 1, got {self.max_calls!r}")
+        check_max_calls(self.max_calls)
 
     def parse(self, text: str) -> ParseResult:
         content: list[str] = []
