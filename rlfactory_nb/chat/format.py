@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from rlfactory_nb.chat import reasoning
+from rlfactory_nb.chat import messages, reasoning
+from rlfactory_nb.chat.messages import AssistantMessage, ToolMessage
 from rlfactory_nb.chat.parsers import ToolCallParser
 from rlfactory_nb.errors import ChatFormatError
+from rlfactory_nb.types import Message
 
 TemplateMatcher = Callable[[str, frozenset[str]], bool]
 """(chat template text, the vocabulary's token strings) -> whether the template is this family's"""
@@ -55,6 +57,18 @@ class ChatFormat:
     """what the template rewrites in history on purpose, in words (the docs table and drift reports)"""
     matches: TemplateMatcher
     """whether a chat template (and its vocabulary) belongs to this family; used by `auto`"""
+    assistant_message: AssistantMessage = field(default=messages.assistant_message)
+    """how a sampled turn enters the history (`messages`), in the fields this family's template reads:
+    the drift check renders it, so a family whose template wants, e.g., arguments as a JSON string or
+    reasoning in its own field says so here"""
+    tool_message: ToolMessage = field(default=messages.tool_message)
+    """the message that answers one call (or one broken call block, with `call` None)"""
+    delta_base: tuple[Message, ...] = messages.DELTA_BASE
+    """the fixed conversation that non-assistant deltas are rendered after (rollout/tokens.py); it
+    ends with an assistant turn that this family's template renders the same wherever it stands"""
+    rendered_as: tuple[tuple[str, str], ...] = ()
+    """(sampled token, token the template renders in its place in history) pairs: gpt-oss samples
+    `<|call|>` and renders `<|end|>`; the drift check counts such a difference as expected"""
 
     def new_parser(self, starts_in_reasoning: bool = False, **options: Any) -> ToolCallParser:
         """A parser for one agent; `starts_in_reasoning` when the prompt pre-filled the opener."""
@@ -63,6 +77,11 @@ class ChatFormat:
     def split_reasoning(self, text: str, starts_in_reasoning: bool = False) -> tuple[str, str]:
         """(reasoning, the text outside it), both stripped."""
         return reasoning.split(text, self.reasoning, starts_in_reasoning, self.leading_reasoning_only)
+
+    def rendered_as_ids(self, tokenizer: Any) -> dict[int, int]:
+        """`rendered_as` in ids: {sampled id: rendered id}, for the pairs the vocabulary has."""
+        vocab = tokenizer.get_vocab()
+        return {vocab[a]: vocab[b] for a, b in self.rendered_as if a in vocab and b in vocab}
 
     def end_of_turn_ids(self, tokenizer: Any) -> tuple[int, ...]:
         """The tokenizer's eos id(s), then the ids of `end_of_turn` the vocabulary has; no duplicates."""

@@ -175,10 +175,7 @@ class Agent:
             calls_in_reasoning=getattr(parsed, "calls_in_reasoning", 0),
         )
         traj.turns.append(turn)
-        message: Message = {"role": "assistant", "content": _content_without_calls(text, parsed.calls)}
-        if parsed.calls:
-            message["tool_calls"] = [call.to_message_call() for call in parsed.calls]
-        traj.messages.append(message)
+        traj.messages.append(self.chat_format.assistant_message(text, parsed.calls, reasoning))
         return turn
 
     async def _call_tools(self, turn: Turn) -> list[Message]:
@@ -192,9 +189,10 @@ class Agent:
             results = []
         turn.results = list(results)
         turn.tools_s = time.perf_counter() - started
-        answers = [result.content for result in results]
-        answers += [format_error_for_model(error) for error in turn.parse_errors]
-        return [{"role": "tool", "content": answer} for answer in answers]
+        answers = [(result.content, call) for result, call in zip(results, turn.calls)]
+        answers += [(format_error_for_model(error), None) for error in turn.parse_errors]
+        message = self.chat_format.tool_message
+        return [message(content, call, index) for index, (content, call) in enumerate(answers)]
 
     def _check_drift(self, traj: Trajectory, tools: list[dict] | None) -> None:
         """Record the drift check in `traj.metadata` (`drift_position`, `dropped_think_blocks`) and
@@ -209,6 +207,7 @@ class Agent:
             tools,
             self.enable_thinking,
             drops_past_reasoning=self.chat_format.drops_past_reasoning,
+            rendered_as=self.chat_format.rendered_as_ids(self.tokenizer),
         )
         traj.metadata["drift_position"] = found.position
         traj.metadata["dropped_think_blocks"] = found.dropped_think_blocks
@@ -227,14 +226,6 @@ class Agent:
         self.drift_count += 1
         if self.drift_count == 1:
             log.warning("%s; further drift is counted in agent.drift_count", message)
-
-
-def _content_without_calls(text: str, calls: list) -> str:
-    """The assistant message's content: the text minus the calls that parsed (those become
-    `tool_calls`). Broken call blocks stay in the content, so the history shows what the model wrote."""
-    for call in calls:
-        text = text.replace(call.raw, "", 1)
-    return text.strip()
 
 
 class AgentSession:
@@ -297,7 +288,7 @@ class AgentSession:
             # that every later forward pass (training, reference, recompute) would have to carry.
             return self._finish("max_turns", turn)
         tool_messages = await agent._call_tools(turn)
-        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking, agent.chat_format.turn_end)
+        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking, agent.chat_format)
         if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
             return self._finish("length", turn)
         progress.add(delta, sampled=False)

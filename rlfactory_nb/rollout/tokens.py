@@ -18,17 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlfactory_nb.chat import ChatFormat
+from rlfactory_nb.chat.messages import DELTA_BASE
 from rlfactory_nb.errors import TemplateError
 from rlfactory_nb.rollout import template_bounds
 from rlfactory_nb.types import Message
-
-# The base's assistant turn carries reasoning so that every Qwen3-style template renders it the
-# same whether or not it is the last message.
-_BASE: list[dict[str, Any]] = [
-    {"role": "user", "content": "hi"},
-    {"role": "assistant", "content": "ok", "reasoning_content": "r"},
-]
-
 
 def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, **options: Any) -> str:
     """The chat template's text, rendered in the bounded sandbox (template_bounds.py)."""
@@ -47,18 +41,19 @@ def prompt_ids(
 def prompt_opens(tokenizer: Any, marker: str, enable_thinking: bool = False) -> bool:
     """Whether the generation prompt ends with `marker` (a reasoning opener the template pre-fills,
     as Qwen3.5's `<think>\\n` with thinking on): then sampled text starts inside reasoning."""
-    text = render(tokenizer, _BASE[:1], add_generation_prompt=True, enable_thinking=enable_thinking)
+    text = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True, enable_thinking=enable_thinking)
     return text.rstrip().endswith(marker)
 
 
 def delta_text(
-    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, turn_end: str | None = None
+    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, chat_format: ChatFormat | None = None
 ) -> str:
-    """The text between the end of an assistant turn (its `turn_end` token, by default the
-    tokenizer's eos) and the next assistant turn."""
-    base = render(tokenizer, _BASE)
-    full = render(tokenizer, _BASE + list(new_messages), add_generation_prompt=True, enable_thinking=enable_thinking)
-    eos = turn_end or tokenizer.eos_token
+    """The text between the end of an assistant turn (the family's `turn_end` token; without a
+    family, the tokenizer's eos) and the next assistant turn, rendered after the family's base."""
+    base_messages = list(chat_format.delta_base if chat_format else DELTA_BASE)
+    base = render(tokenizer, base_messages)
+    full = render(tokenizer, base_messages + list(new_messages), add_generation_prompt=True, enable_thinking=enable_thinking)
+    eos = chat_format.turn_end if chat_format else tokenizer.eos_token
     cut = base.rfind(eos)
     if cut < 0 or not full.startswith(base[: cut + len(eos)]):
         raise TemplateError(
@@ -70,9 +65,9 @@ def delta_text(
 
 
 def delta_ids(
-    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, turn_end: str | None = None
+    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, chat_format: ChatFormat | None = None
 ) -> list[int]:
-    return tokenizer.encode(delta_text(tokenizer, new_messages, enable_thinking, turn_end), add_special_tokens=False)
+    return tokenizer.encode(delta_text(tokenizer, new_messages, enable_thinking, chat_format), add_special_tokens=False)
 
 
 @dataclass(frozen=True)
@@ -85,6 +80,8 @@ class Drift:
     render_context: str
     dropped_think_blocks: int = 0
     """empty think blocks of earlier assistant turns that the render drops and the rollout keeps"""
+    rewritten_tokens: int = 0
+    """sampled tokens the template renders as another token in history (the family's `rendered_as`)"""
 
     @property
     def ok(self) -> bool:
@@ -92,9 +89,10 @@ class Drift:
 
     @property
     def expected(self) -> bool:
-        """The ids differ only where the template drops earlier turns' empty think blocks: Qwen3's
-        non-thinking mode by design (docs/decisions.md), not a bug to warn about."""
-        return not self.ok and self.dropped_think_blocks > 0
+        """The ids differ only where the family's template rewrites history by design (Qwen3's
+        non-thinking mode drops earlier empty think blocks; gpt-oss renders `<|end|>` for a sampled
+        `<|call|>`; docs/decisions.md), not a bug to warn about."""
+        return not self.ok and (self.dropped_think_blocks > 0 or self.rewritten_tokens > 0)
 
 
 def drift_check(
@@ -105,6 +103,7 @@ def drift_check(
     enable_thinking: bool = False,
     context: int = 8,
     drops_past_reasoning: bool = True,
+    rendered_as: dict[int, int] | None = None,
 ) -> Drift:
     """Compare rollout ids with a full render of `messages` (what a re-tokenizing trainer would see).
 
@@ -112,6 +111,8 @@ def drift_check(
     block of earlier assistant turns. The report shows where, and `expected` says whether that is
     the whole difference, so a user can judge it. `drops_past_reasoning` is the family's record of
     that rewriting (`ChatFormat.drops_past_reasoning`); without it no difference is expected.
+    `rendered_as` maps sampled ids to the ids the template renders in their place
+    (`ChatFormat.rendered_as_ids`).
     """
     rendered = tokenizer.encode(
         render(tokenizer, messages, tools, enable_thinking=enable_thinking), add_special_tokens=False
@@ -127,32 +128,35 @@ def drift_check(
         return Drift(-1, "", "")
     start = max(0, position - context)
     block = [] if enable_thinking or not drops_past_reasoning else empty_think_ids(tokenizer)
+    rewritten = [rendered_as.get(i, i) for i in ids] if rendered_as else ids
+    explained = _skipped_blocks(rewritten, rendered, block)
     return Drift(
         position,
         tokenizer.decode(ids[start : position + context]),
         tokenizer.decode(rendered[start : position + context]),
-        dropped_think_blocks=_skipped_blocks(ids, rendered, block),
+        dropped_think_blocks=max(explained, 0),
+        rewritten_tokens=sum(a != b for a, b in zip(ids, rewritten)) if explained >= 0 else 0,
     )
 
 
 def empty_think_ids(tokenizer: Any) -> list[int]:
     """The ids of the empty think block that non-thinking mode adds to every generation prompt
     (`<think>\\n\\n</think>\\n\\n` for Qwen3), read off the template; [] for a template without one."""
-    thinking = render(tokenizer, _BASE[:1], add_generation_prompt=True, enable_thinking=True)
-    plain = render(tokenizer, _BASE[:1], add_generation_prompt=True, enable_thinking=False)
+    thinking = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True, enable_thinking=True)
+    plain = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True, enable_thinking=False)
     if plain == thinking or not plain.startswith(thinking):
         return []
     return tokenizer.encode(plain[len(thinking) :], add_special_tokens=False)
 
 
 def _skipped_blocks(ids: list[int], rendered: list[int], block: list[int]) -> int:
-    """How many copies of `block` must be skipped in `ids` to make them equal `rendered`; 0 when
+    """How many copies of `block` must be skipped in `ids` to make them equal `rendered`; -1 when
     skipping blocks does not make them equal (a difference the template does not explain).
 
     >>> _skipped_blocks([1, 7, 8, 2, 7, 8, 3], [1, 2, 7, 8, 3], [7, 8])
     1
     >>> _skipped_blocks([1, 7, 8, 2], [1, 5], [7, 8])
-    0
+    -1
     """
     i = j = skipped = 0
     while i < len(ids):
@@ -161,8 +165,8 @@ def _skipped_blocks(ids: list[int], rendered: list[int], block: list[int]) -> in
         elif block and ids[i : i + len(block)] == block:
             i, skipped = i + len(block), skipped + 1
         else:
-            return 0
-    return skipped if j == len(rendered) else 0
+            return -1
+    return skipped if j == len(rendered) else -1
 
 
 DriftMode = Literal["strict", "warn", "off"]

@@ -33,10 +33,24 @@ def test_auto_picks_qwen3_for_qwen3s_template_and_the_tiny_preset(tokenizer) -> 
     assert resolve_chat_format("auto", tokenizer).name == "qwen3"
 
 
-@pytest.mark.parametrize("name", ["llama3_1", "mistral", "gpt_oss", "deepseek_v3_1", "glm4_5", "kimi_k2", "gemma4"])
-def test_auto_refuses_a_template_of_no_registered_family(name: str) -> None:
+REFERENCE_FAMILIES = {
+    "qwen3": "qwen3", "qwen3_coder": "qwen3_xml", "qwen3_5": "qwen3_xml", "qwen3_6": "qwen3_xml",
+    "qwen3_8": "qwen3_xml", "qwen2_5": "qwen2_5", "llama3_1": "llama3", "llama3_2": "llama3",
+    "mistral": "mistral", "deepseek_v3": "deepseek_v3", "deepseek_r1": "deepseek_v3",
+    "deepseek_v3_1": "deepseek_v3", "glm4_5": "glm4_5", "kimi_k2": "kimi_k2", "gpt_oss": "gpt_oss",
+    "gemma4": "gemma4",
+}
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+
+
+@pytest.mark.parametrize("name", list(REFERENCE_FAMILIES))
+def test_auto_picks_the_family_of_every_reference_template(name: str) -> None:
+    assert detect_chat_format(TemplateOnly(template_text(name))).name == REFERENCE_FAMILIES[name]
+
+
+def test_auto_refuses_a_template_of_no_registered_family() -> None:
     with pytest.raises(ChatFormatError, match="matches no known model family") as err:
-        detect_chat_format(TemplateOnly(template_text(name)))
+        detect_chat_format(TemplateOnly(PLAIN_TEMPLATE))
     for known in chat_format_names():
         assert known in str(err.value), "the error lists every known format"
     assert "set rollout.chat_format" in str(err.value)

@@ -81,14 +81,13 @@ def test_delta_is_cut_at_the_familys_turn_end_not_the_eos(qwen3_5_tokenizer) -> 
     """A base model's eos is `<|endoftext|>`, which never appears in a chat render: the family's
     `<|im_end|>` still cuts the delta."""
     qwen3_5_tokenizer.eos_token = "<|endoftext|>"
-    turn_end = get_chat_format("qwen3_xml").turn_end
-    text = delta_text(qwen3_5_tokenizer, [{"role": "tool", "content": "84"}], turn_end=turn_end)
+    text = delta_text(qwen3_5_tokenizer, [{"role": "tool", "content": "84"}], chat_format=get_chat_format("qwen3_xml"))
     assert text == "\n<|im_start|>user\n<tool_response>\n84\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 def test_a_template_of_no_known_family_is_refused_with_the_choices() -> None:
     tokenizer = build_tokenizer()
-    tokenizer.chat_template = template_text("llama3_1")
+    tokenizer.chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
     with pytest.raises(ChatFormatError, match=r"matches no known model family.*qwen3, qwen3_xml"):
         Agent(None, None, engine=ScriptedEngine(tokenizer, {}), tokenizer=tokenizer)
     with pytest.raises(ChatFormatError, match="did you mean 'qwen3_xml'"):

@@ -10,6 +10,7 @@ Qwen's pattern, which splits digits one per token: what a calculator model must 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -80,8 +81,17 @@ def _merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return merges
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """The tiny-calculator tokenizer: Qwen BPE prefix, Qwen3 added tokens, our Qwen3 chat template."""
+def build_tokenizer(
+    added_tokens: Sequence[tuple[str, bool]] = ADDED_TOKENS,
+    eos_token: str = "<|im_end|>",
+    pad_token: str | None = "<|endoftext|>",
+    bos_token: str | None = None,
+    template: str | None = None,
+) -> PreTrainedTokenizerFast:
+    """The tiny-calculator tokenizer: Qwen BPE prefix, Qwen3 added tokens, our Qwen3 chat template.
+
+    The arguments make the same tiny BPE carry another model family's added tokens (text, special)
+    and chat template, for tests and smoke runs of that family without its 100k+ vocabulary."""
     ranks = qwen_bpe_ranks()
     to_unicode = _byte_to_unicode()
 
@@ -98,15 +108,13 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         ]
     )
     core.decoder = decoders.ByteLevel()
-    core.add_tokens([AddedToken(text, special=special, normalized=False) for text, special in ADDED_TOKENS])
+    core.add_tokens([AddedToken(text, special=special, normalized=False) for text, special in added_tokens])
+    # Only the tokens given: an explicit `bos_token=None` would be saved, and change the preset's digest.
+    special = {key: value for key, value in (("pad_token", pad_token), ("bos_token", bos_token)) if value}
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        clean_up_tokenization_spaces=False,
-        model_max_length=4096,
+        tokenizer_object=core, eos_token=eos_token, clean_up_tokenization_spaces=False, model_max_length=4096, **special
     )
-    tokenizer.chat_template = chat_template()
+    tokenizer.chat_template = chat_template() if template is None else template
     return tokenizer
 
 
