@@ -191,7 +191,7 @@ class TrainingDriver:
         import ray
 
         # deferred: torch loads in the driver actor only
-        from rlfactory_nb.cluster.engine_actor import engine_args, run_engine_start
+        from rlfactory_nb.cluster.engine_actor import run_engine_start
         from rlfactory_nb.engines.build import cpu_state
 
         await self._weights_ready.wait()
@@ -212,7 +212,7 @@ class TrainingDriver:
             "version": version,
             "source": start.source,  # a Snapshot: the weights travel beside it
             "kind": self.cfg.model.engine,
-            "engine_args": engine_args(self.cfg),
+            "engine_args": start.options,
             "copy_s": copy_s,
         }
 

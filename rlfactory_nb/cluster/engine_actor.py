@@ -29,6 +29,7 @@ from rlfactory_nb.engines.versioned import StampedEngine
 from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec
 from rlfactory_nb.models.checkpoint import verify_digests
 from rlfactory_nb.models.files import model_folder
+from rlfactory_nb.train.backends import engine_options
 
 if TYPE_CHECKING:
     from rlfactory_nb.config import RunConfig
@@ -111,22 +112,13 @@ def run_engine_start(cfg: RunConfig, policy: Policy, compute_dtype: torch.dtype,
     """How a run's engine actors start: the hf engine from the model config and tokenizer (weights
     beside), vLLM from the policy folder (for LoRA the base's: the merged weights follow by sync),
     which every node must be able to read (a shared file system, or a hub id every node can
-    download). Engines run in the run's compute dtype; one that loads a folder with model.engine_args."""
+    download). Engines run in the run's compute dtype; one that loads a folder with model.engine_args,
+    every one with the stop ids of the run's chat format (`train.backends.engine_options`)."""
     source = Snapshot(
         policy.model.config, policy.tokenizer, dtype_name(compute_dtype), str(policy.base_path or policy.path)
     )
     threads = max(1, int(cfg.cluster.cpus_per_worker))
-    options = engine_args(cfg) if engine_traits(cfg.model.engine).loads == "folder" else {}
-    return EngineStart(cfg.model.engine, source, seed, version, threads, options)
-
-
-def engine_args(cfg: RunConfig) -> dict[str, Any]:
-    """model.engine_args, plus what colocation needs from the engine unless the user says otherwise."""
-    args = dict(cfg.model.engine_args)
-    if cfg.cluster.layout().colocate:
-        for key, value in engine_traits(cfg.model.engine).colocated_options.items():
-            args.setdefault(key, value)
-    return args
+    return EngineStart(cfg.model.engine, source, seed, version, threads, engine_options(cfg, policy.tokenizer))
 
 
 def _on_this_node(source: EngineSource) -> EngineSource:

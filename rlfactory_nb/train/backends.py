@@ -18,11 +18,26 @@ from typing import Any, Protocol
 import torch
 
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.engines.base import Engine, engine_traits
+from rlfactory_nb.engines.base import Engine, engine_traits, stop_token_ids_from_tokenizer
 from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train.batch import TrainBatch
 from rlfactory_nb.train.trainable import TrainingSetup
+
+
+def engine_options(cfg: RunConfig, tokenizer: Any) -> dict[str, Any]:
+    """What a run's engine is built with besides its source, for both backends: the stop ids of the
+    family `rollout.chat_format` names (an explicit family, not only `auto`, sets the engine's stop
+    set), and for an engine that loads a folder `model.engine_args`, plus what colocation needs from
+    it unless the user says otherwise (e.g. vLLM's sleep mode)."""
+    options: dict[str, Any] = {"stop_token_ids": stop_token_ids_from_tokenizer(tokenizer, cfg.rollout.chat_format)}
+    if engine_traits(cfg.model.engine).loads == "folder":
+        args = dict(cfg.model.engine_args)
+        if cfg.cluster.layout().colocate:
+            for key, value in engine_traits(cfg.model.engine).colocated_options.items():
+                args.setdefault(key, value)
+        options.update(args)
+    return options
 
 
 class Backend(Protocol):

