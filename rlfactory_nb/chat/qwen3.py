@@ -8,20 +8,24 @@ This is what the Qwen3 chat template teaches (its `<tool_call>` tags are single 
 151658). The parser is lenient where leniency loses nothing (whitespace, arguments sent as a JSON
 string, a closing tag cut off by the token limit after complete JSON) and strict where guessing would
 reward a sloppy format (missing name, arguments that are not an object, unclosed blocks mid-text).
+A block ends at the first `</tool_call>` outside a JSON string: an argument value that holds the tag
+(a tool asked to write docs about tool calls) is data, not the end of the call.
 
 Calls inside `<think>...</think>` are reasoning about a call, not a call, so they are left in the text,
 counted in `calls_in_reasoning` and not run unless `calls_in_think=True`. A `</think>` with no opening
 tag closes a think block that began in the prompt (templates that pre-fill `<think>\\n`); an unclosed
 `<think>` runs to the end (chat/reasoning.py).
 
-The module also registers the `qwen3` family (Qwen3, Qwen3-2507): its ChatFormat record.
+The module also registers the `qwen3` family (Qwen3, Qwen3-2507): its ChatFormat record. Qwen2.5
+writes the same calls without reasoning (chat/qwen2_5.py).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from rlfactory_nb.chat import reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
@@ -37,6 +41,12 @@ FORMAT_HINT = (
 )
 
 Ending = Literal["closed", "next_open", "truncated"]
+
+_BODY = re.compile(r'(?:[^"<]++|<(?!/?tool_call>)|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"?)*+')
+"""A block's body: everything up to the first `<tool_call>` or `</tool_call>` outside a JSON
+string, so an argument value holding a tag is data. A string runs to its unescaped quote or to a
+raw newline (which JSON forbids in a string: the block is broken anyway, and a tag on a later line
+is then a real one). Possessive quantifiers never backtrack: one left-to-right pass."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class _Block:
 class Qwen3Parser:
     """Reads `<tool_call>{json}</tool_call>` blocks; see the module docstring."""
 
+    markers: ClassVar[reasoning.ReasoningMarkers | None] = THINK
+    """the family's reasoning markers (a family without reasoning subclasses with None)"""
     max_calls: int = 8
     """calls run per turn, and broken blocks answered one by one; further calls are dropped and
     reported to the model as one error, further broken blocks are counted in one error"""
@@ -72,7 +84,7 @@ class Qwen3Parser:
         calls: list[ToolCall] = []
         errors: list[MalformedCall] = []
         unreported = 0  # broken blocks past the first max_calls: each would be a message to the model
-        parts = reasoning.segments(text, THINK, self.starts_in_reasoning)
+        parts = reasoning.segments(text, self.markers, self.starts_in_reasoning)
         drafted = 0 if self.calls_in_think else sum(p.text.count(CALL_OPEN) for p in parts if p.in_reasoning)
         for part in parts:
             active = self.calls_in_think or not part.in_reasoning
@@ -94,36 +106,29 @@ class Qwen3Parser:
             content="".join(content).strip(),
             calls=calls,
             errors=errors,
-            reasoning=reasoning.split(text, THINK, self.starts_in_reasoning)[0],
+            reasoning=reasoning.split(text, self.markers, self.starts_in_reasoning)[0],
             answer="".join(answer).strip(),
             calls_in_reasoning=drafted,
         )
 
 
 def _split_blocks(text: str) -> list[str | _Block]:
-    """Plain text and call blocks, in order, in one pass: each tag search starts where the last one
-    of its kind stopped, so hostile text (`"<tool_call>" * 40000`) costs linear time, not quadratic."""
+    """Plain text and call blocks, in order, in one pass: each block's body is read once by
+    `_BODY` and the next opening tag is searched from where the block ended, so hostile text
+    (`"<tool_call>" * 40000`, an unterminated string) costs linear time, not quadratic."""
     pieces: list[str | _Block] = []
-    pos, end = 0, len(text)
-    start = text.find(CALL_OPEN)
-    close = -1  # the first </tool_call> after the current opening tag; `end` when none is left
-    while start >= 0:
+    pos = 0
+    while (start := text.find(CALL_OPEN, pos)) >= 0:
         pieces.append(text[pos:start])
         body_start = start + len(CALL_OPEN)
-        if close < body_start:
-            close = text.find(CALL_CLOSE, body_start)
-            close = end if close < 0 else close
-        next_open = text.find(CALL_OPEN, body_start)
-        if close < end and (next_open < 0 or close < next_open):
-            pos = close + len(CALL_CLOSE)
-            pieces.append(_Block(text[start:pos], text[body_start:close], "closed"))
-        elif next_open >= 0:
-            pos = next_open
-            pieces.append(_Block(text[start:pos], text[body_start:pos], "next_open"))
+        body_end = _BODY.match(text, body_start).end()
+        if text.startswith(CALL_CLOSE, body_end):
+            pos = body_end + len(CALL_CLOSE)
+            pieces.append(_Block(text[start:pos], text[body_start:body_end], "closed"))
         else:
-            pos = end
-            pieces.append(_Block(text[start:], text[body_start:], "truncated"))
-        start = next_open
+            pos = body_end
+            ending: Ending = "next_open" if body_end < len(text) else "truncated"
+            pieces.append(_Block(text[start:pos], text[body_start:pos], ending))
     pieces.append(text[pos:])
     return pieces
 
@@ -192,10 +197,15 @@ def _short(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _is_qwen3(template: str, vocab: frozenset[str]) -> bool:
+def is_hermes_chatml(template: str) -> bool:
     """ChatML turns with Hermes JSON calls (`{"name": ..., "arguments": ...}` inside `<tool_call>`),
-    not the XML form of qwen3_xml."""
+    not the XML form of qwen3_xml: Qwen3's and Qwen2.5's templates."""
     return "<|im_start|>" in template and CALL_OPEN in template and "<function=" not in template
+
+
+def _is_qwen3(template: str, vocab: frozenset[str]) -> bool:
+    """Hermes ChatML with think blocks (Qwen2.5's template has none)."""
+    return is_hermes_chatml(template) and THINK_OPEN in template
 
 
 QWEN3 = register_chat_format(

@@ -22,7 +22,7 @@ def tokenizer():
 
 def test_lookup_by_name_and_closest_name_on_a_typo() -> None:
     assert get_chat_format("qwen3").name == "qwen3"
-    with pytest.raises(ChatFormatError, match=r"'qwen33'.*did you mean 'qwen3'.*known formats: auto, qwen3") as err:
+    with pytest.raises(ChatFormatError, match=r"'qwen33'.*did you mean 'qwen3'.*known formats: auto, .*qwen3") as err:
         get_chat_format("qwen33")
     assert isinstance(err.value, ConfigError) and "rollout.chat_format" in str(err.value)
 

@@ -7,6 +7,7 @@ import pytest
 
 from rlfactory_nb.chat import format_error_for_model, get_parser, parser_names
 from rlfactory_nb.types import MalformedCall
+from tests.chat.conformance import assert_bounded, assert_linear
 
 CALC = '{"name": "calculator", "arguments": {"expression": "12*3"}}'
 
@@ -186,6 +187,34 @@ CASES = [
         id="integer too long for Python",
     ),
     pytest.param("a </tool_call> b", [], [], "a </tool_call> b", id="stray closing tag is text"),
+    pytest.param(
+        block('{"name": "write", "arguments": {"text": "end with </tool_call> then <tool_call>"}}') + " ok",
+        [("write", {"text": "end with </tool_call> then <tool_call>"})],
+        [],
+        "ok",
+        id="tags inside a JSON string are data",
+    ),
+    pytest.param(
+        block('{"name": "write", "arguments": {"text": "a \\" </tool_call> \\\\"}}'),
+        [("write", {"text": 'a " </tool_call> \\'})],
+        [],
+        "",
+        id="escaped quotes and backslashes before a tag in a string",
+    ),
+    pytest.param(
+        '<tool_call>\n{"name": "f", "arguments": {"a": "x\n</tool_call> after',
+        [],
+        ["not valid JSON"],
+        "after",
+        id="a raw newline ends an unterminated string",
+    ),
+    pytest.param(
+        '<tool_call>\n{"name": "f", "arguments": {"a": "x </tool_call> after',
+        [],
+        ["ended inside a <tool_call> block"],
+        "",
+        id="an unterminated string runs to the end",
+    ),
 ]
 
 
@@ -221,8 +250,8 @@ def test_hermes_is_an_alias() -> None:
 
 
 def test_unknown_parser_lists_known_names() -> None:
-    with pytest.raises(KeyError, match="unknown tool-call parser 'mistral'.*hermes, qwen3"):
-        get_parser("mistral")
+    with pytest.raises(KeyError, match="unknown tool-call parser 'no_such'.*hermes, .*qwen3"):
+        get_parser("no_such")
 
 
 def test_unknown_option_lists_options() -> None:
@@ -246,3 +275,20 @@ def test_format_error_for_model_quotes_the_call() -> None:
 def test_format_error_for_model_shortens_long_calls() -> None:
     text = format_error_for_model(MalformedCall("bad", raw="x" * 10_000))
     assert len(text) < 400 and text.endswith("...")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: "<tool_call>" * (n // 11),
+        lambda n: '<tool_call>{"a": "' + "</tool_call>" * (n // 12),
+        lambda n: '<tool_call>{"a": "' + '\\"' * (n // 2) + "</tool_call>",
+        lambda n: '<tool_call>"</tool_call>' * (n // 24),
+    ],
+    ids=["openers", "closes in an unterminated string", "escaped quotes", "quotes and closes"],
+)
+def test_finding_the_closing_tag_is_linear(make) -> None:
+    parser = get_parser("qwen3")
+    result = assert_bounded(parser, make(4_000_000))
+    assert len(result.errors) <= 10
+    assert_linear(parser, make, n=100_000)

@@ -74,10 +74,7 @@ def test_auto_picks_qwen3_xml(name: str) -> None:
 
 
 def test_auto_keeps_qwen3_for_hermes_json_templates() -> None:
-    """Qwen2.5's template writes the same Hermes JSON calls as Qwen3's, so it reads as qwen3 until
-    the qwen2_5 family is registered."""
     assert detect_chat_format(TemplateOnly(template_text("qwen3"))).name == "qwen3"
-    assert detect_chat_format(TemplateOnly(template_text("qwen2_5"))).name == "qwen3"
 
 
 def test_truncated_at_every_character_never_yields_a_partial_call() -> None:
