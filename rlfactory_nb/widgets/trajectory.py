@@ -1,7 +1,7 @@
 """TrajectoryView: one trajectory as the trainer sees it.
 
-Turns with their parsed calls (name, arguments, parse errors) and tool results (status, latency,
-cached), then the token strip: every response token, green where the loss mask is 1 (sampled by the
+Turns with their reasoning folded, their parsed calls (name, arguments, parse errors) and tool
+results (status, latency, cached), then the token strip: every response token, green where the loss mask is 1 (sampled by the
 policy, trained) and grey where it is 0 (template and tool tokens, masked); hovering a token shows
 its id and, for trained tokens, the engine's logprob. A toggle shows the drift check's verdict.
 
@@ -30,6 +30,7 @@ _STYLE = f"""<style>
 .rf-masked {{ background: {MASKED_COLOR}; color: #555; }}
 .rf-turn pre {{ margin: 2px 0; white-space: pre-wrap; }}
 .rf-table td, .rf-table th {{ padding: 2px 8px; text-align: left; }}
+.rf-reasoning {{ color: #555; }} .rf-reasoning pre {{ font-style: italic; }}
 </style>"""
 
 
@@ -71,7 +72,20 @@ def turn_html(index: int, turn: Turn) -> str:
     return (
         f"<div class='rf-turn'><b>assistant turn {index}</b> ({turn.num_tokens} tokens, "
         f"{turn.generate_s:.2f} s generate, {turn.tools_s:.2f} s tools, {html.escape(turn.finish_reason)})"
-        f"<pre>{html.escape(turn.text)}</pre>{table}</div>"
+        f"{reasoning_html(turn)}<pre>{html.escape(turn.answer if turn.reasoning and turn.answer is not None else turn.text)}</pre>"
+        f"{table}</div>"
+    )
+
+
+def reasoning_html(turn: Turn) -> str:
+    """The turn's reasoning, folded: what the family's parser read inside its markers (Qwen's
+    <think>, Harmony's analysis channel, Mistral's [THINK]). Rewards score the text outside it."""
+    if not turn.reasoning:
+        return ""
+    return (
+        f"<details class='rf-reasoning'><summary>reasoning ({len(turn.reasoning)} characters"
+        f"{f', {turn.calls_in_reasoning} call(s) drafted, not run' if turn.calls_in_reasoning else ''})"
+        f"</summary><pre>{html.escape(turn.reasoning)}</pre></details>"
     )
 
 
@@ -116,6 +130,14 @@ def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
     if position < 0:
         return "<div style='color:#1b7f3b'>drift check: the rollout ids equal a full chat-template render</div>"
     dropped = traj.metadata.get("dropped_think_blocks", 0)
+    rewritten = traj.metadata.get("rewritten_tokens", 0)
+    if rewritten and not dropped:
+        return (
+            f"<div style='color:#555'>drift check: expected template drift. A full chat-template render writes "
+            f"{html.escape(str(rewritten))} sampled end token(s) differently in history, as this model family's "
+            f"template does by design (first at position {position}); nothing else differs. Training uses the "
+            "rollout ids.</div>"
+        )
     if dropped:
         return (
             f"<div style='color:#555'>drift check: expected template drift. A full chat-template render drops the "
@@ -146,6 +168,8 @@ def drift_summary(traj: Trajectory) -> str:
     dropped = traj.metadata.get("dropped_think_blocks", 0)
     if dropped:
         return f"template drift: {html.escape(str(dropped))} dropped think block(s), expected"
+    if traj.metadata.get("rewritten_tokens", 0):
+        return "template drift: end tokens rewritten in history, expected"
     return f"<span style='color:#b35c00'>template drift at position {position}</span>"
 
 

@@ -50,3 +50,16 @@ async def test_drift_toggle_and_verdicts(tokenizer, tools):
     assert "equal a full chat-template render" in drift_html(traj)
     del traj.metadata["drift_position"]
     assert "not run" in drift_html(traj)
+
+
+def test_reasoning_is_shown_apart_and_folded():
+    from rlfactory_nb.types import Turn
+    from rlfactory_nb.widgets.trajectory import turn_html
+
+    turn = Turn(text="<think>12*7 is 84</think>\n\n84", num_tokens=9, reasoning="12*7 is 84", answer="84", calls_in_reasoning=1)
+    shown = turn_html(1, turn)
+    folded = re.search(r"<details class='rf-reasoning'><summary>(.*?)</summary><pre>(.*?)</pre></details>", shown)
+    assert folded and folded.group(2) == "12*7 is 84" and "1 call(s) drafted, not run" in folded.group(1)
+    assert shown.endswith("<pre>84</pre></div>"), "the answer is shown outside the fold, without the reasoning"
+    plain = turn_html(1, Turn(text="84", num_tokens=1))
+    assert "<details" not in plain and "<pre>84</pre>" in plain
