@@ -28,10 +28,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlfactory_nb.chat import reasoning
+from rlfactory_nb.chat import messages, reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, register_parser
-from rlfactory_nb.types import MalformedCall, ToolCall
+from rlfactory_nb.types import MalformedCall, Message, ToolCall
 
 CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 THINK = reasoning.ReasoningMarkers("[THINK]", "[/THINK]")
@@ -127,14 +127,13 @@ def _read_block(text: str, start: int) -> _Read:
     pos = _skip_space(text, name_end)
     if text.startswith(CALL_ID, pos):
         pos = _skip_space(text, _NAME.match(text, pos + len(CALL_ID)).end())
-    if not text.startswith(ARGS, pos):
-        if pos == len(text) or (name and ARGS.startswith(text[pos:])):
-            return _error(text, start, len(text), f"The text ended after {CALLS} before {ARGS}.")
-        if not name:
-            return _broken(text, start, pos, f"{CALLS} must be followed by the tool name.")
-        return _broken(text, start, pos, f"Expected {ARGS} after the tool name {name!r}.")
+    rest = text[pos : pos + len(CALL_ID) + 1]  # enough to tell a marker cut off by the end of the text
+    if any(marker.startswith(rest) for marker in (ARGS, CALL_ID)):
+        return _error(text, start, len(text), f"The text ended after {CALLS} before {ARGS}.")
     if not name:
         return _broken(text, start, pos, f"{CALLS} must be followed by the tool name.")
+    if not text.startswith(ARGS, pos):
+        return _broken(text, start, pos, f"Expected {ARGS} after the tool name {name!r}.")
     value = _json_value(text, start, _skip_space(text, pos + len(ARGS)), f"the {ARGS} of {name!r}")
     if isinstance(value, _Read):
         return value
@@ -231,6 +230,15 @@ def _json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
+def _assistant_message(text: str, calls: list[ToolCall], reasoning: str = "") -> Message:
+    """The default message with a 9-character id on each call, matching `named_tool_message`'s
+    `tool_call_id`: the v3-v11 templates refuse a call without one (v15 renders no ids)."""
+    message = messages.assistant_message(text, calls, reasoning)
+    for index, call in enumerate(message.get("tool_calls", [])):
+        call["id"] = messages.call_id(index)
+    return message
+
+
 def _is_mistral(template: str, vocab: frozenset[str]) -> bool:
     """`[INST]` turns with `[TOOL_CALLS]` calls (every Mistral tokenizer version since v3)."""
     return "[INST]" in template and CALLS in template
@@ -253,5 +261,7 @@ MISTRAL = register_chat_format(
             "NAME[ARGS] + the arguments' JSON; consecutive messages of one role are merged"
         ),
         matches=_is_mistral,
+        assistant_message=_assistant_message,
+        tool_message=messages.named_tool_message,
     )
 )

@@ -156,6 +156,7 @@ HOSTILE = {
     "a marker inside an argument": lambda n: '[TOOL_CALLS]f[ARGS]{"a": "[TOOL_CALLS]' * (n // 30),
     "a call inside reasoning": lambda n: "[THINK]" + "[TOOL_CALLS]f[ARGS]{}" * (n // 20),
     "a name that is not a string": lambda n: '[TOOL_CALLS][{"name": 5}, {"name": null}]' * (n // 40),
+    "names without [ARGS]": lambda n: "[TOOL_CALLS]f x" * (n // 15),
     "markers": lambda n: "[TOOL_CALLS]" * (n // 12),
     "[ARGS] markers": lambda n: "[TOOL_CALLS]f" + "[ARGS]" * (n // 6),
     "unterminated strings over later calls": lambda n: '[TOOL_CALLS]f[ARGS]{"a": "' + "[TOOL_CALLS]f[ARGS]{}" * (n // 20),
@@ -186,6 +187,9 @@ async def test_three_turn_rollout_equals_the_full_render(tokenizer: Any) -> None
     assert traj.metadata["drift_position"] == -1, "the ids equal the template's full render"
     assert [c.name for c in traj.tool_calls()] == ["get_weather", "get_time"]
     assert conformance.final_answer(traj) == "It is sunny in Paris and 12:00 there."
+    ids = [call["id"] for m in traj.messages if m["role"] == "assistant" for call in m.get("tool_calls", [])]
+    answered = [m["tool_call_id"] for m in traj.messages if m["role"] == "tool"]
+    assert ids == answered and all(len(i) == 9 and i.isalnum() for i in ids), "the ids v3-v11 templates need"
     masked = tokenizer.decode([i for i, m in zip(traj.response_ids, traj.loss_mask) if not m])
     assert masked == "[TOOL_RESULTS]sunny in Paris[/TOOL_RESULTS][TOOL_RESULTS]12:00 in Europe/Paris[/TOOL_RESULTS]"
 
