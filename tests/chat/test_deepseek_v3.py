@@ -122,7 +122,7 @@ CALL = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{}<｜tool▁call
         ('{"a": 1}<｜tool▁sep｜>{"city": "Paris"}', "not a plain name"),
         ('tool<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n```', "not valid JSON"),
         ('function<｜tool▁sep｜>get_weather\n{"city": "Paris"}', "```json fence"),
-        ('function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n', "not closed with ```"),
+        ('function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n', "Expected ``` after the arguments"),
         ('get_weather<｜tool▁sep｜>{"city": "Paris"} trailing', "Expected <｜tool▁call▁end｜>"),
     ],
 )
