@@ -7,6 +7,7 @@ A family is one module here that registers its record (qwen3.py, qwen3_xml.py).
 
 from rlfactory_nb.chat import deepseek_v3 as _deepseek_v3  # noqa: F401  (registers "deepseek_v3")
 from rlfactory_nb.chat import kimi_k2 as _kimi_k2  # noqa: F401  (registers "kimi_k2")
+from rlfactory_nb.chat import llama3 as _llama3  # noqa: F401  (registers "llama3")
 from rlfactory_nb.chat import mistral as _mistral  # noqa: F401  (registers "mistral")
 from rlfactory_nb.chat import qwen2_5 as _qwen2_5  # noqa: F401  (registers "qwen2_5")
 from rlfactory_nb.chat import qwen3 as _qwen3  # noqa: F401  (registers the "qwen3" family and parser)

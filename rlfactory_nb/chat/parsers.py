@@ -9,9 +9,10 @@ model, which is how a policy learns the format instead of a rollout crashing.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from rlfactory_nb.types import MalformedCall, ToolCall
 
@@ -112,6 +113,51 @@ def cap_calls(
             )
         )
     return calls, errors
+
+
+def json_call(
+    data: dict[str, Any], arguments_key: str, raw: str, error: Callable[[str], MalformedCall]
+) -> ToolCall | MalformedCall:
+    """The call a JSON object names: a non-empty string "name" and, under `arguments_key`, an
+    object (a JSON string holding one, or none at all, loses nothing and is accepted)."""
+    name = data.get("name")
+    if name is None:
+        return error('The call has no "name".')
+    if not isinstance(name, str) or not name.strip():
+        return error(f'"name" must be a non-empty string, got {json_type(name)} {short_json(name)}.')
+    arguments = data.get(arguments_key)
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments.strip() or "{}")
+        except (ValueError, RecursionError) as exc:
+            return error(f'"{arguments_key}" is a string that is not valid JSON ({describe_json_error(exc)}).')
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return error(f'"{arguments_key}" must be a JSON object, got a {json_type(arguments)}.')
+    return ToolCall(name=name.strip(), arguments=arguments, raw=raw)
+
+
+def describe_json_error(exc: BaseException) -> str:
+    """What `json.loads` found wrong, in words for the model."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, json.JSONDecodeError):
+        if exc.msg == "Extra data":
+            return f"extra text after the JSON value at line {exc.lineno} column {exc.colno}"
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return str(exc)
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type ("object", "array", ...)."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def short_json(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def format_error_for_model(error: MalformedCall) -> str:

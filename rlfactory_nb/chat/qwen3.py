@@ -24,12 +24,21 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from rlfactory_nb.chat import reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, register_parser
+from rlfactory_nb.chat.parsers import (
+    ParseResult,
+    cap_calls,
+    check_max_calls,
+    describe_json_error,
+    json_call,
+    json_type,
+    register_parser,
+)
 from rlfactory_nb.types import MalformedCall, ToolCall
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -47,6 +56,8 @@ _BODY = re.compile(r'(?:[^"<]++|<(?!/?tool_call>)|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+
 string, so an argument value holding a tag is data. A string runs to its unescaped quote or to a
 raw newline (which JSON forbids in a string: the block is broken anyway, and a tag on a later line
 is then a real one). Possessive quantifiers never backtrack: one left-to-right pass."""
+_OPENER_RUN = re.compile(r"(?:<tool_call>[ \t\r\n]*+)*(?=<tool_call>)")
+"""openers with nothing but space between them, up to the last one (which may open a real block)"""
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,10 @@ def _split_blocks(text: str) -> list[str | _Block]:
     pos = 0
     while (start := text.find(CALL_OPEN, pos)) >= 0:
         pieces.append(text[pos:start])
+        run_end = _OPENER_RUN.match(text, start).end()
+        if run_end > start:  # back-to-back openers: one broken block, not one object per opener
+            pieces.append(_Block(text[start:run_end], text[start + len(CALL_OPEN) : run_end], "next_open"))
+            start = run_end
         body_start = start + len(CALL_OPEN)
         body_end = _BODY.match(text, body_start).end()
         if text.startswith(CALL_CLOSE, body_end):
@@ -147,54 +162,18 @@ def _read_block(block: _Block) -> ToolCall | MalformedCall:
     except (ValueError, RecursionError) as exc:
         if block.ending == "truncated":
             return error(
-                f"The text ended inside a <tool_call> block with incomplete JSON ({_describe(exc)})."
+                f"The text ended inside a <tool_call> block with incomplete JSON ({describe_json_error(exc)})."
             )
-        return error(f"The <tool_call> block is not valid JSON ({_describe(exc)}).")
+        return error(f"The <tool_call> block is not valid JSON ({describe_json_error(exc)}).")
     return _to_call(data, block.raw, error)
 
 
-def _to_call(data: Any, raw: str, error: Any) -> ToolCall | MalformedCall:
+def _to_call(data: Any, raw: str, error: Callable[[str], MalformedCall]) -> ToolCall | MalformedCall:
     if isinstance(data, list):
         return error("The <tool_call> block holds a JSON array; write one block per call.")
     if not isinstance(data, dict):
-        return error(f"The <tool_call> block must hold a JSON object, got a {_json_type(data)}.")
-    name = data.get("name")
-    if name is None:
-        return error('The call has no "name".')
-    if not isinstance(name, str) or not name.strip():
-        return error(f'"name" must be a non-empty string, got {_json_type(name)} {_short(name)}.')
-    arguments = data.get("arguments")
-    if isinstance(arguments, str):
-        arguments = arguments.strip() or "{}"
-        try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError) as exc:
-            return error(f'"arguments" is a string that is not valid JSON ({_describe(exc)}).')
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        return error(f'"arguments" must be a JSON object, got a {_json_type(arguments)}.')
-    return ToolCall(name=name.strip(), arguments=arguments, raw=raw)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    if isinstance(exc, json.JSONDecodeError):
-        if exc.msg == "Extra data":
-            return f"extra text after the JSON value at line {exc.lineno} column {exc.colno}"
-        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-    return str(exc)
-
-
-def _json_type(value: Any) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[:limit] + "..."
+        return error(f"The <tool_call> block must hold a JSON object, got a {json_type(data)}.")
+    return json_call(data, "arguments", raw, error)
 
 
 def is_hermes_chatml(template: str) -> bool:

@@ -91,23 +91,23 @@ def test_malformed_block_is_an_error_and_no_call(text: str, message: str) -> Non
     assert '"name": "<tool name>"' in result.errors[0].message, "every error shows the expected format"
 
 
-HOSTILE = {
-    "an unclosed block": lambda n: '<tool_call>\n{"name": "f", "arguments": {"a": "' + "x" * n,
-    "nested brackets in a call": lambda n: '<tool_call>\n{"name": "f", "arguments": ' + "[" * n + "\n</tool_call>",
-    "lone surrogates": lambda n: '<tool_call>\n{"name": "\ud800", "arguments": {"\udfff": 1}}\n</tool_call>\ud83d' * (n // 50),
-    "closing tags inside an unterminated string": lambda n: '<tool_call>{"a": "' + "</tool_call>" * (n // 12),
-    "openers": lambda n: "<tool_call>" * (n // 11),
-    "escaped quotes": lambda n: '<tool_call>{"a": "' + '\\"' * (n // 2) + "</tool_call>",
-    "quotes and closes": lambda n: '<tool_call>"</tool_call>' * (n // 24),
+HOSTILE = {  # (text of about n characters, the size checked for bounded time: 10 MB for marker floods)
+    "an unclosed block": (lambda n: '<tool_call>\n{"name": "f", "arguments": {"a": "' + "x" * n, 2_000_000),
+    "nested brackets in a call": (lambda n: '<tool_call>\n{"name": "f", "arguments": ' + "[" * n + "\n</tool_call>", 2_000_000),
+    "lone surrogates": (lambda n: '<tool_call>\n{"name": "\ud800", "arguments": {"\udfff": 1}}\n</tool_call>\ud83d' * (n // 50), 2_000_000),
+    "closing tags inside an unterminated string": (lambda n: '<tool_call>{"a": "' + "</tool_call>" * (n // 12), 10_000_000),
+    "openers": (lambda n: "<tool_call>" * (n // 11), 10_000_000),
+    "escaped quotes": (lambda n: '<tool_call>{"a": "' + '\\"' * (n // 2) + "</tool_call>", 10_000_000),
+    "quotes and closes": (lambda n: '<tool_call>"</tool_call>' * (n // 24), 2_000_000),
 }
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_hostile_text_is_bounded_and_linear(case: str) -> None:
-    parser = get_parser("qwen2_5")
-    result = conformance.assert_bounded(parser, HOSTILE[case](10_000_000))
+    parser, (make, size) = get_parser("qwen2_5"), HOSTILE[case]
+    result = conformance.assert_bounded(parser, make(size))
     assert len(result.calls) <= 8 and len(result.errors) <= 10
-    conformance.assert_linear(parser, HOSTILE[case], n=100_000)
+    conformance.assert_linear(parser, make, n=100_000)
 
 
 def test_a_non_string_name_and_100k_nested_brackets_are_errors() -> None:
