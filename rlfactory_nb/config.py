@@ -323,6 +323,9 @@ class RunConfig:
     wandb_project: NonEmptyStr | None = None
     """also log every metrics row to this Weights & Biases project (`pip install '.[wandb]'`, then
     `wandb login`, or WANDB_MODE=offline to write locally); a resumed run continues the same W&B run"""
+    samples_per_step: NonNegativeInt = 8
+    """trajectories shown each step in the trackers: a W&B `samples` table and TensorBoard text with
+    the prompt, tool calls, answer, reward and advantage of the step's first ones (0: none)"""
     model: ModelConfig = field(default_factory=ModelConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -7,7 +7,7 @@ from pathlib import Path
 from rlfactory_nb.config import PATH_KEYS, RewardConfig, RunConfig, ToolsConfig, config_paths
 
 NOT_PATHS = {
-    "name", "wandb_project",
+    "name", "wandb_project", "samples_per_step",
     "model.engine", "model.dtype", "model.master_dtype", "model.gradient_checkpointing", "model.lora",
     "model.device", "model.engine_args", "model.trust_remote_code",
     "tools.timeout_s", "tools.max_concurrency", "tools.max_result_chars", "tools.cache",

@@ -54,7 +54,7 @@ from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
 from rlfactory_nb.train.failures import backend_actors, describe_failure, is_actor_death
-from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics
+from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics, sample_rows
 from rlfactory_nb.train.pipeline import (
     RolloutPipeline,
     check_versions,
@@ -214,6 +214,10 @@ class Trainer:
         self.engine.version = self.step = step
         self.pipeline.publish(step)
         self._save_trajectories(groups, outcomes, step)
+        if self.cfg.samples_per_step:
+            self.metrics.write_samples(
+                step, sample_rows(step, groups, outcomes, trained, advantages, self.cfg.samples_per_step)
+            )
         row = {
             **groups_metrics(step, drawn, len(keep), advantages, masked),
             **train_metrics,

@@ -30,6 +30,10 @@ prefix; every row has at least `STEP_KEYS`:
     eval/...                                sampled and greedy held-out reward (eval steps only)
 
 A resumed run first drops rows past its checkpoint (`truncate_after`), so every step appears once.
+
+Numbers alone do not show reward hacking or a broken format, so the trackers also get a few of each
+step's trajectories (`sample_rows`, `MetricsWriter.write_samples`): W&B a `samples` table, TensorBoard
+a Markdown table as text. metrics.jsonl does not: the run's trajectories/ folder keeps them whole.
 """
 
 from __future__ import annotations
@@ -42,11 +46,12 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.data.rows import DatasetError, bounded_lines, parse_json
-from rlfactory_nb.types import Trajectory
+from rlfactory_nb.types import Sample, Trajectory
 
 METRICS_FILE = "metrics.jsonl"
 STEP_KEYS = (
@@ -192,6 +197,58 @@ def _std(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
+@dataclass(frozen=True)
+class SampleRow:
+    """One trajectory as the trackers show it."""
+
+    step: int
+    prompt: str
+    """the last prompt message"""
+    tool_calls: str
+    """one `name({arguments})` per line"""
+    answer: str
+    """the final answer, reasoning set apart"""
+    reward: float
+    advantage: float | None
+    """None when the step did not train on it (a group without reward variance, a masked truncation)"""
+
+
+SAMPLE_COLUMNS = ("step", "prompt", "tool_calls", "answer", "reward", "advantage")
+
+
+def sample_rows(
+    step: int, groups: Sequence[Sequence[Trajectory]], outcomes: Sequence[Sequence[Any]],
+    trained: Sequence[Trajectory], advantages: Any, limit: int,
+) -> list[SampleRow]:
+    """The step's first `limit` trajectories (whole groups first, so their rewards compare), each with
+    its reward and, when it was trained on, its advantage (`trained` and `advantages` align)."""
+    advantage_of = dict(zip(map(id, trained), _per_trajectory(advantages)))
+    scored = [(traj, outcome.score) for group, row in zip(groups, outcomes) for traj, outcome in zip(group, row)]
+    return [_sample_row(step, traj, reward, advantage_of.get(id(traj))) for traj, reward in scored[:limit]]
+
+
+def _sample_row(step: int, traj: Trajectory, reward: float, advantage: float | None) -> SampleRow:
+    sample = Sample.from_trajectory(traj)
+    prompt = str(sample.prompt[-1].get("content", "")) if sample.prompt else ""
+    calls = "\n".join(f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})" for call in sample.tool_calls)
+    return SampleRow(step, prompt, calls, sample.final_answer, reward, advantage)
+
+
+def samples_markdown(rows: Sequence[SampleRow]) -> str:
+    """A Markdown table of `rows` (TensorBoard renders text as Markdown).
+
+    >>> print(samples_markdown([SampleRow(3, "2+2?", 'calculator({"expression": "2+2"})', "4", 1.0, 0.5)]))
+    | step | prompt | tool_calls | answer | reward | advantage |
+    |---|---|---|---|---|---|
+    | 3 | 2+2? | calculator({"expression": "2+2"}) | 4 | 1.0 | 0.5 |
+    """
+    lines = ["| " + " | ".join(SAMPLE_COLUMNS) + " |", "|" + "---|" * len(SAMPLE_COLUMNS)]
+    for row in rows:
+        cells = ("" if value is None else str(value) for value in astuple(row))
+        lines.append("| " + " | ".join(cell.replace("|", "\\|").replace("\n", "<br>") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
 class StepTimer:
     """Wall time per phase of a step, as `time/<phase>_s` metrics: `with timer("rollout"): ...`."""
 
@@ -238,6 +295,20 @@ class MetricsWriter:
         if self._wandb is not None:
             numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
             self._wandb.log(numbers, step=int(row["step"]), commit=True)  # now, not at the next step
+
+    def write_samples(self, step: int, rows: Sequence[SampleRow]) -> None:
+        """A few of step `step`'s trajectories to TensorBoard (text) and W&B (a table); call it before
+        `write` for that step, which commits the step's W&B row."""
+        if not rows:
+            return
+        if self._board is not None:
+            self._board.add_text("samples", samples_markdown(rows), global_step=step)
+            self._board.flush()
+        if self._wandb is not None:
+            import wandb
+
+            table = wandb.Table(columns=list(SAMPLE_COLUMNS), data=[list(astuple(row)) for row in rows])
+            self._wandb.log({"samples": table}, step=step, commit=False)
 
     def truncate_after(self, step: int) -> None:
         """Drop rows of steps after `step` (written by a run that crashed before its next checkpoint)."""

@@ -243,3 +243,20 @@ async def test_three_steps_on_tiny_calculator_with_tools(tiny_policy, tmp_path):
     policy = Policy.load(result.checkpoint)
     assert policy.num_parameters == tiny_policy.num_parameters
     assert json.loads((result.checkpoint / "config.json").read_text())["model_type"] == "qwen3"
+
+
+@pytest.mark.parametrize("shown", [3, 0])
+async def test_a_step_shows_samples_per_step_trajectories_in_tensorboard(make_cfg, shown):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = make_cfg(samples_per_step=shown)
+    await run_one_step(cfg)
+    events = EventAccumulator(str(cfg.run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    texts = events.Tensors("samples/text_summary") if "samples/text_summary" in events.Tags()["tensors"] else []
+    assert len(texts) == (1 if shown else 0)
+    if shown:
+        table = texts[0].tensor_proto.string_val[0].decode().splitlines()
+        assert texts[0].step == 1 and len(table) == 2 + shown  # header, rule, one line per trajectory
+        assert all(line.startswith("| 1 | ") for line in table[2:])
