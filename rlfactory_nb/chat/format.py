@@ -69,6 +69,11 @@ class ChatFormat:
     rendered_as: tuple[tuple[str, str], ...] = ()
     """(sampled token, token the template renders in its place in history) pairs: gpt-oss samples
     `<|call|>` and renders `<|end|>`; the drift check counts such a difference as expected"""
+    turn_end_opens_next: bool = False
+    """an assistant turn has no end token of its own: generation stops on the first token of the next
+    block (GLM's `<|observation|>` before tool results), which the sampled ids already hold. So
+    `turn_end` is looked for after the base render, the delta starts after it, and a final stop token
+    that the full render has not written (nothing follows it yet) is no drift"""
 
     def new_parser(self, starts_in_reasoning: bool = False, **options: Any) -> ToolCallParser:
         """A parser for one agent; `starts_in_reasoning` when the prompt pre-filled the opener."""
@@ -96,7 +101,9 @@ class ChatFormat:
         keep = {vocab[token] for token in self.keep_tokens if token in vocab}
         if not keep.intersection(ids):
             return tokenizer.decode(list(ids), skip_special_tokens=True)
-        special = set(tokenizer.all_special_ids) - keep
+        # Added tokens marked special (GLM's `<|observation|>` stop) may be missing from all_special_ids.
+        added = getattr(tokenizer, "added_tokens_decoder", {})
+        special = set(tokenizer.all_special_ids).union(i for i, t in added.items() if t.special) - keep
         return tokenizer.decode([i for i in ids if i not in special], skip_special_tokens=False)
 
 

@@ -22,20 +22,29 @@ Reasoning is a `<think>` block at the start of the turn only (the templates writ
 generation prompt with thinking on pre-fills `<think>\\n`, so sampled text starts inside it). Calls
 in it are drafts: not run, counted. A later `<think>` is text.
 
-Every search starts where the previous one of its marker stopped (`_Finder`), so hostile text costs
-linear time, and nothing here raises on model text.
+Blocks are read with chat/blocks.py: every search starts where the previous one of its marker
+stopped, so hostile text costs linear time, and nothing here raises on model text.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlfactory_nb.chat import reasoning
+from rlfactory_nb.chat.blocks import Finder as _Finder  # noqa: F401  (deepseek_v3 imports it from here)
+from rlfactory_nb.chat.blocks import (
+    Finders,
+    Read,
+    Syntax,
+    broken,
+    cut_marker,
+    parse_turn,
+    skip_space,
+    truncated,
+    typed_value,
+)
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, register_parser
+from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
 from rlfactory_nb.chat.qwen3 import THINK
 from rlfactory_nb.types import MalformedCall, ToolCall
 
@@ -47,30 +56,7 @@ FORMAT_HINT = (
     "</function>\n</tool_call>"
 )
 _EMPTY_BLOCK = f"A <tool_call> block is empty: the next <tool_call> follows it. {FORMAT_HINT}"
-_SPACE = re.compile(r"[ \t\r\n]*")
-
-
-class _Finder:
-    """The next occurrence of one marker at or after a position that only moves forward: each search
-    covers text no earlier search covered, so all of them together cost one pass."""
-
-    def __init__(self, text: str, marker: str):
-        self.text, self.marker, self._at = text, marker, -2  # -2: not searched yet
-
-    def next(self, pos: int) -> int:
-        """Index of the first `marker` at or after `pos`, or -1."""
-        if self._at == -1 or (self._at >= pos):
-            return self._at
-        self._at = self.text.find(self.marker, pos)
-        return self._at
-
-
-@dataclass(frozen=True)
-class _Read:
-    """One call block read from `text[start:end]`."""
-
-    result: ToolCall | MalformedCall
-    end: int
+SYNTAX = Syntax(CALL_OPEN, CALL_CLOSE, FORMAT_HINT)
 
 
 @register_parser("qwen3_xml")
@@ -87,125 +73,59 @@ class Qwen3XMLParser:
         check_max_calls(self.max_calls)
 
     def parse(self, text: str) -> ParseResult:
-        content: list[str] = []
-        answer: list[str] = []
-        calls: list[ToolCall] = []
-        errors: list[MalformedCall] = []
-        unreported = drafted = 0
-        parts = reasoning.segments(text, THINK, self.starts_in_reasoning, leading_only=True)
-        for part in parts:
-            if part.in_reasoning:
-                content.append(part.text)
-                drafted += part.text.count(CALL_OPEN)
-                continue
-            for piece in _pieces(part.text):
-                if isinstance(piece, str):
-                    content.append(piece)
-                    answer.append(piece)
-                elif isinstance(piece, ToolCall):
-                    calls.append(piece)
-                elif len(errors) < self.max_calls:
-                    errors.append(piece)
-                else:
-                    unreported += 1
-        calls, errors = cap_calls(calls, errors, unreported, self.max_calls, CALL_OPEN, FORMAT_HINT)
-        return ParseResult(
-            content="".join(content).strip(),
-            calls=calls,
-            errors=errors,
-            reasoning=reasoning.split(text, THINK, self.starts_in_reasoning, leading_only=True)[0],
-            answer="".join(answer).strip(),
-            calls_in_reasoning=drafted,
-        )
+        return parse_turn(text, SYNTAX, _read_block, THINK, self.starts_in_reasoning, self.max_calls)
 
 
-def _pieces(text: str) -> list[str | ToolCall | MalformedCall]:
-    """Plain text and read call blocks, in order."""
-    finders = {marker: _Finder(text, marker) for marker in (CALL_OPEN, CALL_CLOSE, PARAMETER_CLOSE)}
-    pieces: list[str | ToolCall | MalformedCall] = []
-    pos = 0
-    while (start := finders[CALL_OPEN].next(pos)) >= 0:
-        pieces.append(text[pos:start])
-        read = _read_block(text, start, finders)
-        pieces.append(read.result)
-        pos = read.end
-    pieces.append(text[pos:])
-    return pieces
-
-
-def _read_block(text: str, start: int, finders: dict[str, _Finder]) -> _Read:
+def _read_block(text: str, start: int, finders: Finders) -> Read:
     """The call block opening at `start`: its structure, read left to right."""
-    pos = _skip_space(text, start + len(CALL_OPEN))
+    pos = skip_space(text, start + len(CALL_OPEN))
     if text.startswith(CALL_OPEN, pos):  # cheap: a run of openers is the commonest hostile text
-        return _Read(MalformedCall(_EMPTY_BLOCK, raw=text[start:pos]), pos)
-    if _cut_marker(text, pos, FUNCTION_OPEN):
-        return _truncated(text, start, "The text ended inside a <tool_call> block before <function=...>.")
+        return Read(MalformedCall(_EMPTY_BLOCK, raw=text[start:pos]), pos)
+    if cut_marker(text, pos, FUNCTION_OPEN):
+        return truncated(text, start, SYNTAX, "The text ended inside a <tool_call> block before <function=...>.")
     if not text.startswith(FUNCTION_OPEN, pos):
-        return _broken(text, start, pos, finders, "A <tool_call> block must start with <function=TOOL_NAME>.")
+        return broken(text, start, pos, finders, SYNTAX, "A <tool_call> block must start with <function=TOOL_NAME>.")
     name, pos = _tag_value(text, pos + len(FUNCTION_OPEN))
     if name is None and pos >= len(text):
-        return _truncated(text, start, "The text ended inside the <function=...> tag.")
+        return truncated(text, start, SYNTAX, "The text ended inside the <function=...> tag.")
     if name is None:
-        return _broken(text, start, pos, finders, "The <function=...> tag is not closed with '>' on its line.")
+        return broken(text, start, pos, finders, SYNTAX, "The <function=...> tag is not closed with '>' on its line.")
     if not name:
-        return _broken(text, start, pos, finders, "The <function=...> tag has no tool name.")
+        return broken(text, start, pos, finders, SYNTAX, "The <function=...> tag has no tool name.")
     arguments: dict[str, Any] = {}
     while True:
-        pos = _skip_space(text, pos)
+        pos = skip_space(text, pos)
         if text.startswith(PARAMETER_OPEN, pos):
             key, pos = _tag_value(text, pos + len(PARAMETER_OPEN))
             if key is None and pos >= len(text):
-                return _truncated(text, start, "The text ended inside a <parameter=...> tag.")
+                return truncated(text, start, SYNTAX, "The text ended inside a <parameter=...> tag.")
             if not key:
-                return _broken(text, start, pos, finders, "A <parameter=...> tag has no name or no closing '>'.")
+                return broken(text, start, pos, finders, SYNTAX, "A <parameter=...> tag has no name or no closing '>'.")
             if key in arguments:
-                return _broken(text, start, pos, finders, f"The parameter {key!r} is given twice.")
-            close = finders[PARAMETER_CLOSE].next(pos)
+                return broken(text, start, pos, finders, SYNTAX, f"The parameter {key!r} is given twice.")
+            close = finders.next(PARAMETER_CLOSE, pos)
             if close < 0:
-                return _truncated(text, start, f"The text ended inside <parameter={key}>.")
+                return truncated(text, start, SYNTAX, f"The text ended inside <parameter={key}>.")
             arguments[key] = _value(text[pos:close])
             pos = close + len(PARAMETER_CLOSE)
         elif text.startswith(FUNCTION_CLOSE, pos):
-            return _closing(text, start, _skip_space(text, pos + len(FUNCTION_CLOSE)), name, arguments, finders)
-        elif _cut_marker(text, pos, PARAMETER_OPEN, FUNCTION_CLOSE):
-            return _truncated(text, start, f"The text ended inside <function={name}> before </function>.")
+            return _closing(text, start, skip_space(text, pos + len(FUNCTION_CLOSE)), name, arguments, finders)
+        elif cut_marker(text, pos, PARAMETER_OPEN, FUNCTION_CLOSE):
+            return truncated(text, start, SYNTAX, f"The text ended inside <function={name}> before </function>.")
         else:
-            return _broken(text, start, pos, finders, f"Unexpected text inside <function={name}>; expected "
+            return broken(text, start, pos, finders, SYNTAX, f"Unexpected text inside <function={name}>; expected "
                            "<parameter=NAME> or </function>.")
 
 
-def _closing(
-    text: str, start: int, pos: int, name: str, arguments: dict[str, Any], finders: dict[str, _Finder]
-) -> _Read:
+def _closing(text: str, start: int, pos: int, name: str, arguments: dict[str, Any], finders: Finders) -> Read:
     """After `</function>`: the block's `</tool_call>`, or the end of the text (a closing tag cut
     off by the token limit after a complete call loses nothing, as in qwen3's parser)."""
     if text.startswith(CALL_CLOSE, pos):
         end = pos + len(CALL_CLOSE)
-        return _Read(ToolCall(name=name, arguments=arguments, raw=text[start:end]), end)
-    if _cut_marker(text, pos, CALL_CLOSE):
-        return _Read(ToolCall(name=name, arguments=arguments, raw=text[start:]), len(text))
-    return _broken(text, start, pos, finders, "Expected </tool_call> after </function>.")
-
-
-def _broken(text: str, start: int, pos: int, finders: dict[str, _Finder], message: str) -> _Read:
-    """A block that cannot be read from `pos` on: it runs to the next `</tool_call>` or, if another
-    `<tool_call>` comes first, up to that one (which is read on its own)."""
-    close, reopen = finders[CALL_CLOSE].next(pos), finders[CALL_OPEN].next(pos)
-    if close >= 0 and (reopen < 0 or close < reopen):
-        end = close + len(CALL_CLOSE)
-    else:
-        end = reopen if reopen >= 0 else len(text)
-    return _Read(MalformedCall(f"{message} {FORMAT_HINT}", raw=text[start:end]), end)
-
-
-def _truncated(text: str, start: int, message: str) -> _Read:
-    return _Read(MalformedCall(f"{message} {FORMAT_HINT}", raw=text[start:]), len(text))
-
-
-def _cut_marker(text: str, pos: int, *markers: str) -> bool:
-    """The text ends at `pos` or partway through one of `markers` (the token limit cut it there)."""
-    rest = text[pos : pos + max(map(len, markers)) + 1]
-    return any(marker.startswith(rest) for marker in markers)
+        return Read(ToolCall(name=name, arguments=arguments, raw=text[start:end]), end)
+    if cut_marker(text, pos, CALL_CLOSE):
+        return Read(ToolCall(name=name, arguments=arguments, raw=text[start:]), len(text))
+    return broken(text, start, pos, finders, SYNTAX, "Expected </tool_call> after </function>.")
 
 
 def _tag_value(text: str, pos: int) -> tuple[str | None, int]:
@@ -224,24 +144,10 @@ def _tag_value(text: str, pos: int) -> tuple[str | None, int]:
     return text[pos:close].strip(), after
 
 
-def _skip_space(text: str, pos: int) -> int:
-    return _SPACE.match(text, pos).end()
-
-
 def _value(raw: str) -> Any:
     """A parameter's value: the text between the tags less the template's newline on each side, as a
     JSON value when it reads as one (see the module docstring), else the string."""
-    raw = raw.removeprefix("\n")
-    raw = raw.removesuffix("\n")
-    literal = raw.strip()
-    if literal in ("True", "False"):
-        return literal == "True"
-    if literal[:1] in '{["-0123456789' or literal in ("true", "false", "null"):
-        try:
-            return json.loads(literal)
-        except (ValueError, RecursionError):
-            return raw
-    return raw
+    return typed_value(raw.removeprefix("\n").removesuffix("\n"))
 
 
 def _is_qwen3_xml(template: str, vocab: frozenset[str]) -> bool:

@@ -208,6 +208,7 @@ class Agent:
             self.enable_thinking,
             drops_past_reasoning=self.chat_format.drops_past_reasoning,
             rendered_as=self.chat_format.rendered_as_ids(self.tokenizer),
+            unrendered_stop_ids=self.chat_format.end_of_turn_ids(self.tokenizer) if self.chat_format.turn_end_opens_next else (),
         )
         traj.metadata["drift_position"] = found.position
         traj.metadata["dropped_think_blocks"] = found.dropped_think_blocks

@@ -14,7 +14,7 @@ off the template instead of hard-coding Qwen's `\\n`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ from rlfactory_nb.chat.messages import DELTA_BASE
 from rlfactory_nb.errors import TemplateError
 from rlfactory_nb.rollout import template_bounds
 from rlfactory_nb.types import Message
+
 
 def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, **options: Any) -> str:
     """The chat template's text, rendered in the bounded sandbox (template_bounds.py)."""
@@ -49,12 +50,17 @@ def delta_text(
     tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, chat_format: ChatFormat | None = None
 ) -> str:
     """The text between the end of an assistant turn (the family's `turn_end` token; without a
-    family, the tokenizer's eos) and the next assistant turn, rendered after the family's base."""
+    family, the tokenizer's eos) and the next assistant turn, rendered after the family's base.
+    For a family whose turn ends on the next block's first token (`turn_end_opens_next`), that token
+    is the first thing rendered after the base, and the delta starts after it."""
     base_messages = list(chat_format.delta_base if chat_format else DELTA_BASE)
-    base = render(tokenizer, base_messages)
+    base = render(tokenizer, base_messages, enable_thinking=enable_thinking)
     full = render(tokenizer, base_messages + list(new_messages), add_generation_prompt=True, enable_thinking=enable_thinking)
     eos = chat_format.turn_end if chat_format else tokenizer.eos_token
-    cut = base.rfind(eos)
+    if chat_format is not None and chat_format.turn_end_opens_next:  # GLM: the token follows the base
+        cut = len(base) if full.startswith(eos, len(base)) else -1
+    else:
+        cut = base.rfind(eos)
     if cut < 0 or not full.startswith(base[: cut + len(eos)]):
         raise TemplateError(
             "the chat template re-renders earlier turns when messages are appended, so turn-by-turn "
@@ -104,6 +110,7 @@ def drift_check(
     context: int = 8,
     drops_past_reasoning: bool = True,
     rendered_as: dict[int, int] | None = None,
+    unrendered_stop_ids: Collection[int] = (),
 ) -> Drift:
     """Compare rollout ids with a full render of `messages` (what a re-tokenizing trainer would see).
 
@@ -112,12 +119,15 @@ def drift_check(
     the whole difference, so a user can judge it. `drops_past_reasoning` is the family's record of
     that rewriting (`ChatFormat.drops_past_reasoning`); without it no difference is expected.
     `rendered_as` maps sampled ids to the ids the template renders in their place
-    (`ChatFormat.rendered_as_ids`).
+    (`ChatFormat.rendered_as_ids`). `unrendered_stop_ids`: stop tokens that open the next block
+    (`ChatFormat.turn_end_opens_next`), which a full render writes only once that block follows.
     """
     rendered = tokenizer.encode(
         render(tokenizer, messages, tools, enable_thinking=enable_thinking), add_special_tokens=False
     )
     ids = list(ids)
+    if ids and ids[-1] in unrendered_stop_ids and rendered[-1:] != ids[-1:]:
+        ids = ids[:-1]  # GLM's final `<|user|>`: sampled, and rendered only with a next user message
     if ids and rendered[-1:] != ids[-1:] and not tokenizer.decode(rendered[-1:]).strip():
         rendered = rendered[:-1]  # the template's newline after the final <|im_end|>
     limit = min(len(ids), len(rendered))
