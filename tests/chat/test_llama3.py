@@ -167,6 +167,9 @@ async def test_three_turn_rollout_equals_the_full_render(name: str) -> None:
     assert traj.num_turns == 3
     assert traj.metadata["drift_position"] >= 0, "the <|eom_id|> differs, and counts as expected drift (checked above)"
     assert [r.content for r in traj.tool_results()] == ["sunny in Paris", "12:00 in Europe/Paris"]
+    masked = tokenizer.decode([i for i, m in zip(traj.response_ids, traj.loss_mask) if not m])
+    # role "tool" renders as ipython, a string result JSON-quoted (the template's `is iterable` test)
+    assert '<|start_header_id|>ipython<|end_header_id|>\n\n"sunny in Paris"<|eot_id|>' in masked
     assert conformance.final_answer(traj) == "It is sunny in Paris, and 12:00."
 
 
