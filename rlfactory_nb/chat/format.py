@@ -67,13 +67,24 @@ class ChatFormat:
     """the fixed conversation that non-assistant deltas are rendered after (rollout/tokens.py); it
     ends with an assistant turn that this family's template renders the same wherever it stands"""
     rendered_as: tuple[tuple[str, str], ...] = ()
-    """(sampled token, token the template renders in its place in history) pairs: gpt-oss samples
-    `<|call|>` and renders `<|end|>`; the drift check counts such a difference as expected"""
+    """(sampled token, token the template renders in its place in history) pairs: Llama 3.1
+    samples `<|eom_id|>` after a call and renders `<|eot_id|>`; the drift check counts such a
+    difference as expected"""
     turn_end_opens_next: bool = False
     """an assistant turn has no end token of its own: generation stops on the first token of the next
     block (GLM's `<|observation|>` before tool results), which the sampled ids already hold. So
     `turn_end` is looked for after the base render, the delta starts after it, and a final stop token
     that the full render has not written (nothing follows it yet) is no drift"""
+    split: Callable[[str, bool], tuple[str, str]] | None = None
+    """(text, starts_in_reasoning) -> (reasoning, the text outside it), for a family whose reasoning
+    is not a block between two markers (Harmony's analysis channel); None: split at `reasoning`"""
+    delta_base_after: Callable[[Message], tuple[Message, ...]] | None = None
+    """the delta's base given the assistant message the delta follows, for a template whose tool
+    results depend on that turn (gpt-oss names a result after the call before it); None: `delta_base`"""
+    past_reasoning: tuple[str, str] | None = None
+    """(opening, closing) text of a span with content that a full render drops from an earlier turn
+    (gpt-oss: `<|channel|>analysis<|message|>...<|end|><|start|>assistant`); the drift check counts
+    such a difference as expected"""
 
     def new_parser(self, starts_in_reasoning: bool = False, **options: Any) -> ToolCallParser:
         """A parser for one agent; `starts_in_reasoning` when the prompt pre-filled the opener."""
@@ -81,7 +92,23 @@ class ChatFormat:
 
     def split_reasoning(self, text: str, starts_in_reasoning: bool = False) -> tuple[str, str]:
         """(reasoning, the text outside it), both stripped."""
+        if self.split is not None:
+            return self.split(text, starts_in_reasoning)
         return reasoning.split(text, self.reasoning, starts_in_reasoning, self.leading_reasoning_only)
+
+    def delta_base_for(self, after: Message | None = None) -> tuple[Message, ...]:
+        """The conversation a delta following the assistant message `after` is rendered after."""
+        if self.delta_base_after is None or after is None:
+            return self.delta_base
+        return self.delta_base_after(after)
+
+    def past_reasoning_ids(self, tokenizer: Any) -> tuple[list[int], list[int]] | None:
+        """`past_reasoning` in ids."""
+        if self.past_reasoning is None:
+            return None
+        opening, closing = self.past_reasoning
+        encode = tokenizer.encode
+        return encode(opening, add_special_tokens=False), encode(closing, add_special_tokens=False)
 
     def rendered_as_ids(self, tokenizer: Any) -> dict[int, int]:
         """`rendered_as` in ids: {sampled id: rendered id}, for the pairs the vocabulary has."""

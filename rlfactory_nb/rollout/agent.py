@@ -209,6 +209,7 @@ class Agent:
             drops_past_reasoning=self.chat_format.drops_past_reasoning,
             rendered_as=self.chat_format.rendered_as_ids(self.tokenizer),
             unrendered_stop_ids=self.chat_format.end_of_turn_ids(self.tokenizer) if self.chat_format.turn_end_opens_next else (),
+            dropped_span=self.chat_format.past_reasoning_ids(self.tokenizer),
         )
         traj.metadata["drift_position"] = found.position
         traj.metadata["dropped_think_blocks"] = found.dropped_think_blocks
@@ -289,7 +290,7 @@ class AgentSession:
             # that every later forward pass (training, reference, recompute) would have to carry.
             return self._finish("max_turns", turn)
         tool_messages = await agent._call_tools(turn)
-        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking, agent.chat_format)
+        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking, agent.chat_format, traj.messages[-1])
         if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
             return self._finish("length", turn)
         progress.add(delta, sampled=False)

@@ -47,13 +47,17 @@ def prompt_opens(tokenizer: Any, marker: str, enable_thinking: bool = False) -> 
 
 
 def delta_text(
-    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, chat_format: ChatFormat | None = None
+    tokenizer: Any,
+    new_messages: Sequence[Message],
+    enable_thinking: bool = False,
+    chat_format: ChatFormat | None = None,
+    after: Message | None = None,
 ) -> str:
     """The text between the end of an assistant turn (the family's `turn_end` token; without a
     family, the tokenizer's eos) and the next assistant turn, rendered after the family's base.
     For a family whose turn ends on the next block's first token (`turn_end_opens_next`), that token
     is the first thing rendered after the base, and the delta starts after it."""
-    base_messages = list(chat_format.delta_base if chat_format else DELTA_BASE)
+    base_messages = list(chat_format.delta_base_for(after) if chat_format else DELTA_BASE)
     base = render(tokenizer, base_messages, enable_thinking=enable_thinking)
     full = render(tokenizer, base_messages + list(new_messages), add_generation_prompt=True, enable_thinking=enable_thinking)
     eos = chat_format.turn_end if chat_format else tokenizer.eos_token
@@ -71,9 +75,15 @@ def delta_text(
 
 
 def delta_ids(
-    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool = False, chat_format: ChatFormat | None = None
+    tokenizer: Any,
+    new_messages: Sequence[Message],
+    enable_thinking: bool = False,
+    chat_format: ChatFormat | None = None,
+    after: Message | None = None,
 ) -> list[int]:
-    return tokenizer.encode(delta_text(tokenizer, new_messages, enable_thinking, chat_format), add_special_tokens=False)
+    """`delta_text`'s ids; `after` is the assistant message the delta follows."""
+    text = delta_text(tokenizer, new_messages, enable_thinking, chat_format, after)
+    return tokenizer.encode(text, add_special_tokens=False)
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,7 @@ def drift_check(
     drops_past_reasoning: bool = True,
     rendered_as: dict[int, int] | None = None,
     unrendered_stop_ids: Collection[int] = (),
+    dropped_span: tuple[list[int], list[int]] | None = None,
 ) -> Drift:
     """Compare rollout ids with a full render of `messages` (what a re-tokenizing trainer would see).
 
@@ -121,6 +132,8 @@ def drift_check(
     `rendered_as` maps sampled ids to the ids the template renders in their place
     (`ChatFormat.rendered_as_ids`). `unrendered_stop_ids`: stop tokens that open the next block
     (`ChatFormat.turn_end_opens_next`), which a full render writes only once that block follows.
+    `dropped_span`: the (opening, closing) ids of earlier turns' reasoning that the template drops
+    (`ChatFormat.past_reasoning_ids`, gpt-oss's analysis messages).
     """
     rendered = tokenizer.encode(
         render(tokenizer, messages, tools, enable_thinking=enable_thinking), add_special_tokens=False
@@ -139,7 +152,7 @@ def drift_check(
     start = max(0, position - context)
     block = [] if enable_thinking or not drops_past_reasoning else empty_think_ids(tokenizer)
     rewritten = [rendered_as.get(i, i) for i in ids] if rendered_as else ids
-    explained = _skipped_blocks(rewritten, rendered, block)
+    explained = _skipped_blocks(rewritten, rendered, block, dropped_span if drops_past_reasoning else None)
     return Drift(
         position,
         tokenizer.decode(ids[start : position + context]),
@@ -159,14 +172,19 @@ def empty_think_ids(tokenizer: Any) -> list[int]:
     return tokenizer.encode(plain[len(thinking) :], add_special_tokens=False)
 
 
-def _skipped_blocks(ids: list[int], rendered: list[int], block: list[int]) -> int:
-    """How many copies of `block` must be skipped in `ids` to make them equal `rendered`; -1 when
-    skipping blocks does not make them equal (a difference the template does not explain).
+def _skipped_blocks(
+    ids: list[int], rendered: list[int], block: list[int], span: tuple[list[int], list[int]] | None = None
+) -> int:
+    """How many copies of `block`, or `span`s (an opening, anything, the first closing after it), must
+    be skipped in `ids` to make them equal `rendered`; -1 when skipping does not make them equal (a
+    difference the template does not explain).
 
     >>> _skipped_blocks([1, 7, 8, 2, 7, 8, 3], [1, 2, 7, 8, 3], [7, 8])
     1
     >>> _skipped_blocks([1, 7, 8, 2], [1, 5], [7, 8])
     -1
+    >>> _skipped_blocks([1, 5, 6, 7, 8, 2], [1, 2], [], ([5], [7, 8]))
+    1
     """
     i = j = skipped = 0
     while i < len(ids):
@@ -174,9 +192,21 @@ def _skipped_blocks(ids: list[int], rendered: list[int], block: list[int]) -> in
             i, j = i + 1, j + 1
         elif block and ids[i : i + len(block)] == block:
             i, skipped = i + len(block), skipped + 1
+        elif span and (end := _span_end(ids, i, *span)) > 0:
+            i, skipped = end, skipped + 1
         else:
             return -1
     return skipped if j == len(rendered) else -1
+
+
+def _span_end(ids: list[int], i: int, opening: list[int], closing: list[int]) -> int:
+    """The index after the first `closing` in a span that opens at `i`; -1 when none does."""
+    if not opening or not closing or ids[i : i + len(opening)] != opening:
+        return -1
+    for end in range(i + len(opening), len(ids) - len(closing) + 1):
+        if ids[end : end + len(closing)] == closing:
+            return end + len(closing)
+    return -1
 
 
 DriftMode = Literal["strict", "warn", "off"]
