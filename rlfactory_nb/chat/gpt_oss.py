@@ -148,8 +148,18 @@ def _read_message(text: str, start: int) -> _Message:
 
 
 def _text_run(text: str, start: int, end: int) -> _Message:
-    """Text outside any message (a turn without Harmony markers, or stray markers): answer text."""
-    return _Message(text[start:end], "", _MARKER.sub("", text[start:end]))
+    """Text with no `<|message|>`: a header the text or an end marker cut off (after `<|start|>`, or
+    naming a channel or recipient), which says nothing, or is a broken call if it names a function;
+    else text outside any message (a turn without Harmony markers), which is answer text."""
+    run = text[start:end]
+    header = run.removeprefix(START)
+    if header == run and CHANNEL not in run and not run.lstrip().startswith("to="):
+        return _Message(run, "", _MARKER.sub("", run))
+    channel, recipient = _header(_MARKER.sub("", header))
+    if recipient is None or not recipient.startswith(FUNCTIONS):
+        return _Message(run, channel, "")
+    error = MalformedCall(f"The call to {recipient} ends before <|message|> and its arguments. {FORMAT_HINT}", raw=run)
+    return _Message(run, channel, "", error)
 
 
 def _header(header: str) -> tuple[str, str | None]:

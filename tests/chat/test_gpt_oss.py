@@ -88,6 +88,8 @@ def test_truncated_at_every_token_never_yields_a_partial_call() -> None:
             assert [(c.name, c.arguments) for c in result.calls] == [NESTED], cut
         else:
             assert result.calls == [], f"a call from {cut!r}"
+            assert bool(result.errors) == ("to=functions." in cut), f"{cut!r}: {result.errors}"
+        assert result.answer == "", f"a cut-off header is no answer: {cut!r}"
 
 
 @pytest.mark.parametrize(
