@@ -307,7 +307,7 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class DataConfig:
     train: NonEmptyStr = "synthetic:calculator"
-    """training prompts: a JSONL/parquet path or "synthetic:calculator" """
+    """training prompts: a JSONL/parquet path or a generated set ("synthetic:calculator", data/rows.py)"""
     eval: NonEmptyStr = "synthetic:calculator-heldout"
     """held-out prompts, same formats"""
     eval_size: PositiveInt = 64

@@ -4,7 +4,8 @@ A row is `{"messages": [...], "ground_truth": ..., **other columns}`: the prompt
 what the reward function compares against. Sources:
 
 - `synthetic:calculator` / `synthetic:calculator-heldout`: the embedded calculator task (disjoint
-  seeds, so held-out questions are never trained on);
+  seeds, so held-out questions are never trained on); likewise `synthetic:nl2sql` (questions with
+  gold SQL over the example's generated database, recipes/nl2sql) and `-heldout`;
 - a `.jsonl` or `.parquet` file whose rows have `messages` (a list of chat messages) or `prompt` (a
   string, taken as one user message, or a list of messages) plus `ground_truth`; other columns are
   kept and reach reward functions as `sample.metadata`. The verl / Search-R1 layout (`prompt`
@@ -25,17 +26,25 @@ import functools
 import itertools
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.errors import DatasetError
 from rlfactory_nb.models.presets import calculator
+from rlfactory_nb.recipes.nl2sql import data as nl2sql
 
 Row = dict[str, Any]
 
-SYNTHETIC_SPLITS = {"synthetic:calculator": "train", "synthetic:calculator-heldout": "heldout"}
+SYNTHETIC_SOURCES: dict[str, Callable[[int], list[Row]]] = {
+    "synthetic:calculator": functools.partial(calculator.dataset, "train"),
+    "synthetic:calculator-heldout": functools.partial(calculator.dataset, "heldout"),
+    "synthetic:nl2sql": functools.partial(nl2sql.dataset, "train"),
+    "synthetic:nl2sql-heldout": functools.partial(nl2sql.dataset, "heldout"),
+}
+"""generated datasets by name, each called with how many rows to make (a generator with fewer
+distinct questions gives all it has)"""
 FILE_SUFFIXES = (".jsonl", ".parquet", ".json", ".csv")
 SYNTHETIC_TRAIN_SIZE = 20_000
 """questions in the synthetic training set (cheap to make; larger than any run's steps x prompts)"""
@@ -55,17 +64,15 @@ def load_rows(source: Any, limit: int | None = None, what: str = "dataset") -> l
     if not isinstance(source, (str, Path)):
         return rows_from_object(source, limit, what)
     source = str(source)
-    if source in SYNTHETIC_SPLITS:
-        split = SYNTHETIC_SPLITS[source]
-        size = limit if limit is not None else SYNTHETIC_TRAIN_SIZE
-        return calculator.dataset(split, size)
+    if source in SYNTHETIC_SOURCES:
+        return SYNTHETIC_SOURCES[source](limit if limit is not None else SYNTHETIC_TRAIN_SIZE)
     if source.startswith("synthetic:"):
-        raise DatasetError(f"unknown synthetic dataset {source!r}; known: {', '.join(SYNTHETIC_SPLITS)}")
+        raise DatasetError(f"unknown synthetic dataset {source!r}; known: {', '.join(SYNTHETIC_SOURCES)}")
     path = Path(source)
     if path.suffix not in FILE_SUFFIXES and not path.is_dir():
         raise DatasetError(
             f"dataset {source!r}: expected a .jsonl, .json, .csv or .parquet file, a folder written by "
-            f"Dataset.save_to_disk, or one of {', '.join(SYNTHETIC_SPLITS)}"
+            f"Dataset.save_to_disk, or one of {', '.join(SYNTHETIC_SOURCES)}"
         )
     rows = [to_row(record, where) for where, record in read_records(path, limit)]
     if not rows:
