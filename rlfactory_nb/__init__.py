@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     # `train` itself is not exported: it would shadow the `rlfactory_nb.train` subpackage
     "train_sync": "train.loop",
     **dict.fromkeys(["evaluate", "evaluate_sync", "EvalReport"], "eval"),
+    **dict.fromkeys(["compare_policies", "compare_policies_sync"], "compare"),
     "example": "examples",
     "Cluster": "cluster.ray_cluster",
     **dict.fromkeys(["launch", "TrainingJob"], "cluster.jobs"),

@@ -21,8 +21,8 @@ PUBLIC = [
     "Agent", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
     "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolSet", "TrainingJob", "Trajectory",
-    "algo", "build_tools", "chat", "engines", "errors", "evaluate", "evaluate_sync", "example", "export",
-    "format_trajectory", "launch", "rewards", "tool", "tools", "train_sync",
+    "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors", "evaluate",
+    "evaluate_sync", "example", "export", "format_trajectory", "launch", "rewards", "tool", "tools", "train_sync",
 ]  # fmt: skip
 
 # Each error's built-in base before the tree existed: an `except ValueError` (etc.) written against

@@ -81,6 +81,9 @@ class EngineActor:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await self.engine.generate(prompt_ids, sampling)
 
+    async def score(self, token_ids: list[int]) -> list[float]:
+        return await self.engine.score(token_ids)
+
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:
         await self.engine.update_weights(state_dict, version)
 

@@ -83,6 +83,10 @@ class ClusterEngine:
         """Sampled on the cluster; the Generation's `policy_version` is its actor's version."""
         return await self._call(next(self._next), "generate", list(prompt_ids), sampling)
 
+    async def score(self, token_ids: list[int]) -> list[float]:
+        """Log-probs of given ids, computed on the cluster (engines/base.py); only ids and floats travel."""
+        return await self._call(next(self._next), "score", list(token_ids))
+
     async def update_weights(self, state_dict: Any, version: int | None = None) -> None:
         """New weights (tensors, or an ObjectRef to them: then the actors read them from the object
         store, never through this process); `version` labels later generations (None: the next)."""

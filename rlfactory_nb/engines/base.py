@@ -1,4 +1,4 @@
-"""The rollout engine contract: token ids in, token ids and logprobs out.
+"""The rollout engine contract: token ids in, token ids and logprobs out (and, to score, logprobs of given ids).
 
 Every engine takes prompt token ids (never text: see "tokens in, tokens out" in DESIGN.md) and returns
 exactly the ids it sampled, the logprob of each, and why it stopped. The agent loop and the trainer
@@ -93,14 +93,33 @@ def check_request(prompt_ids: Sequence[int], sampling: SamplingParams, vocab_siz
     """
     if not prompt_ids:
         raise ValueError("generate needs at least one prompt token")
-    for index, token in enumerate(prompt_ids):
-        if not (_is_int(token) and 0 <= token < vocab_size):
-            raise ValueError(
-                f"prompt_ids[{index}] = {token!r:.40} is not a token id of this model (0 to {vocab_size - 1})"
-            )
+    check_token_ids(prompt_ids, vocab_size, "prompt_ids")
     if not isinstance(sampling, SamplingParams):
         raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     sampling.check()
+
+
+def check_token_ids(token_ids: Sequence[int], vocab_size: int, name: str = "token_ids") -> None:
+    """Raise ValueError naming the first entry of `token_ids` that is not a row of the embedding."""
+    for index, token in enumerate(token_ids):
+        if not (_is_int(token) and 0 <= token < vocab_size):
+            raise ValueError(f"{name}[{index}] = {token!r:.40} is not a token id of this model (0 to {vocab_size - 1})")
+
+
+def check_score_request(token_ids: Sequence[int], vocab_size: int, max_length: int | None) -> None:
+    """Raise ValueError if `score(token_ids)` cannot be served: fewer than two tokens (nothing to
+    predict), ids outside the vocabulary, or more tokens than the model's context.
+
+    >>> check_score_request([1, 2, 3], vocab_size=4, max_length=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: 3 tokens exceed the model's context of 2 tokens
+    """
+    if len(token_ids) < 2:
+        raise ValueError(f"score needs at least two tokens (the first is only context), got {len(token_ids)}")
+    if max_length is not None and len(token_ids) > max_length:
+        raise ValueError(f"{len(token_ids)} tokens exceed the model's context of {max_length} tokens")
+    check_token_ids(token_ids, vocab_size)
 
 
 def _is_real(value: object) -> bool:
@@ -144,6 +163,12 @@ class Engine(Protocol):
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         """Sample a continuation of `prompt_ids`; many calls may be in flight at once."""
+        ...
+
+    async def score(self, token_ids: list[int]) -> list[float]:
+        """log p(token_ids[i] | token_ids[:i]) for i = 1 .. len - 1 (len - 1 values), under the same
+        unmodified distribution as `Generation.logprobs`: one forward pass over fixed ids, nothing
+        sampled. What `rf.compare_policies` asks of each policy."""
         ...
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:

@@ -32,10 +32,15 @@ from rlfactory_nb.engines.base import (
     Generation,
     SamplingParams,
     check_request,
+    check_score_request,
     register_engine,
     stop_token_ids_from_tokenizer,
 )
+from rlfactory_nb.engines.logprobs import sequence_logprobs
 from rlfactory_nb.engines.sampling import sample_tokens, token_logprobs
+
+SCORE_CHUNK_TOKENS = 1024
+"""tokens per chunk of the output layer when scoring: one (chunk, vocabulary) block at a time"""
 
 
 @dataclass
@@ -142,6 +147,17 @@ class HFEngine:
         await queue.put(_Request(list(prompt_ids), sampling, future))
         return await future
 
+    async def score(self, token_ids: list[int]) -> list[float]:
+        """Log-probs of given ids (engines/base.py), by one forward between batches through the
+        trainer's chunked head (`rlfactory_nb.engines.logprobs`)."""
+        if self._closed:
+            raise RuntimeError("HFEngine is closed")
+        check_score_request(token_ids, self.vocab_size, self.max_positions)
+        self._ensure_worker()
+        assert self._lock is not None
+        async with self._lock:
+            return await self._in_worker(self._in_compute_dtype, self._score, list(token_ids))
+
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:
         """Copy `state_dict` into the live model between batches (a partial dict updates a subset)."""
         self._ensure_worker()
@@ -178,8 +194,8 @@ class HFEngine:
         self._worker = self._queue = None
         self._executor.shutdown(wait=False)
 
-    async def _in_worker(self, function: Any, argument: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, argument)
+    async def _in_worker(self, function: Any, *arguments: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *arguments)
 
     def _check_prompt(self, prompt_ids: list[int], sampling: SamplingParams) -> None:
         """Fail this request alone, before it joins a batch it would fail with it."""
@@ -216,7 +232,7 @@ class HFEngine:
         assert self._lock is not None
         try:
             async with self._lock:
-                generations = await self._in_worker(self._run_batch_in_compute_dtype, batch)
+                generations = await self._in_worker(self._in_compute_dtype, self._run_batch, batch)
         except Exception as error:  # noqa: BLE001 - a failed batch fails its requests, not the engine
             for request in batch:
                 if not request.future.done():
@@ -237,12 +253,18 @@ class HFEngine:
             for name, tensor in state_dict.items():
                 params[name].copy_(tensor)
 
-    def _run_batch_in_compute_dtype(self, batch: list[_Request]) -> list[Generation]:
+    def _in_compute_dtype(self, work: Any, argument: Any) -> Any:
         weights = next(self.model.parameters()).dtype
         if self.compute_dtype is None or self.compute_dtype == weights:
-            return self._run_batch(batch)
+            return work(argument)
         with torch.autocast(device_type=self.device.type, dtype=self.compute_dtype):
-            return self._run_batch(batch)
+            return work(argument)
+
+    @torch.inference_mode()
+    def _score(self, token_ids: list[int]) -> list[float]:
+        ids = torch.tensor([token_ids], device=self.device)  # (1, L)
+        dtype = self.compute_dtype or next(self.model.parameters()).dtype
+        return sequence_logprobs(self.model, ids, SCORE_CHUNK_TOKENS, dtype)[0].tolist()
 
     @torch.inference_mode()
     def _run_batch(self, batch: list[_Request]) -> list[Generation]:

@@ -16,6 +16,10 @@ for computation that went through the wrapper's forward. The head runs inside th
 
 The values and gradients equal the direct path's (tests/train/test_logprobs.py); the chunked matmuls
 run in `dtype` (the compute dtype) and every reduction in float32.
+
+It lives with the engines (layer 2) because two callers need the same quantity: the trainer's update
+(`rlfactory_nb.train.update`) and an engine's `score` (`sequence_logprobs`: every token of a fixed
+sequence, as `rf.compare_policies` asks of two policies). One implementation serves both.
 """
 
 from __future__ import annotations
@@ -148,3 +152,19 @@ def chunked_token_stats(
     padding = kept.new_zeros((input_ids.shape[0], start, 2))
     stats = torch.cat([padding, kept[:, :-1]], dim=1)  # (B, L, 2)
     return stats[..., 0], stats[..., 1]
+
+
+def sequence_logprobs(model: torch.nn.Module, input_ids: Tensor, chunk: int, dtype: Any) -> Tensor:
+    """log p(ids[i] | ids[:i]) for i = 1 .. L-1 of each row: input_ids (B, L) -> (B, L - 1) float32,
+    from one forward through the chunked head (no (B, L, vocabulary) tensor)."""
+    if not supports_chunking(model):
+        layer = causal_lm(model).get_output_embeddings()
+        raise ValueError(
+            f"scoring needs a bias-free linear output layer (transformers causal LMs have one); this model's "
+            f"is {layer!r}"
+        )
+    scored = torch.ones_like(input_ids, dtype=torch.bool)
+    scored[:, 0] = False  # the first token has no prefix to be predicted from
+    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    logprobs, _ = chunked_token_stats(model, inputs, scored, 1, chunk, dtype)
+    return logprobs[:, 1:]

@@ -51,6 +51,9 @@ class StampedEngine:
         version = self.version  # read before the request: the rule's "when it was sent"
         return stamp(await self.engine.generate(prompt_ids, sampling), version)
 
+    async def score(self, token_ids: list[int]) -> list[float]:
+        return await self.engine.score(token_ids)
+
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:
         await self.engine.update_weights(state_dict, version)
         self.advance(version)

@@ -15,6 +15,8 @@ reading that source:
   reserves a fraction of the machine's whole memory.
 - `logprobs=0` returns the sampled token's logprob; `logprobs_mode="raw_logprobs"` makes it the
   unmodified temperature-1 logprob that base.py promises.
+- `score` asks for `prompt_logprobs=0` (each prompt token's own logprob) on a request that
+  generates one token: the prompt's forward is the scoring pass, the one sampled token is discarded.
 - Weight updates run in the worker through `WeightSyncExtension` (below). CPU linear layers keep
   pre-packed copies of their weights; `reload_weights` repacks every layer it loads, but with tied
   embeddings the output layer is never loaded (it shares the input embedding), so it keeps its old
@@ -25,6 +27,7 @@ vllm is imported lazily: this module (and the worker extension) import without i
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Mapping
@@ -39,6 +42,7 @@ from rlfactory_nb.engines.base import (
     Generation,
     SamplingParams,
     check_request,
+    check_score_request,
     register_engine,
     stop_token_ids_from_tokenizer,
 )
@@ -160,7 +164,7 @@ class VLLMEngine:
         self.model_path = str(model_path)
         self._engine = AsyncLLM.from_engine_args(args)
         if stop_token_ids is None:
-            stop_token_ids = stop_token_ids_from_tokenizer(self._load_tokenizer())
+            stop_token_ids = stop_token_ids_from_tokenizer(self.tokenizer)
         self._stop_token_ids = tuple(stop_token_ids)
         self._request_ids = itertools.count()
         self._closed = False
@@ -190,6 +194,22 @@ class VLLMEngine:
         if final is None or not final.finished:
             raise RuntimeError("vLLM ended a request without a final output")
         return _to_generation(final.outputs[0])
+
+    async def score(self, token_ids: list[int]) -> list[float]:
+        """Log-probs of given ids (engines/base.py) from vLLM's prompt logprobs."""
+        if self._closed:
+            raise RuntimeError("VLLMEngine is closed")
+        config = self._engine.model_config
+        check_score_request(token_ids, config.get_vocab_size(), config.max_model_len - 1)  # room for 1 token
+        params = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        engine_input = {"type": "token", "prompt_token_ids": list(token_ids)}
+        final = None
+        async for output in self._engine.generate(engine_input, params, request_id=self._next_request_id()):
+            final = output
+        if final is None or final.prompt_logprobs is None:
+            raise RuntimeError("vLLM returned no prompt logprobs")
+        # prompt_logprobs[0] is None (the first token has no prefix); each other entry holds its own token
+        return [step[token].logprob for step, token in zip(final.prompt_logprobs[1:], token_ids[1:])]
 
     async def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> None:
         """Send transformers-named weights to the worker, repack, and drop the now-stale prefix cache."""
@@ -225,7 +245,9 @@ class VLLMEngine:
     def _next_request_id(self) -> str:
         return f"rlfactory-{next(self._request_ids)}"
 
-    def _load_tokenizer(self) -> Any:
+    @functools.cached_property
+    def tokenizer(self) -> Any:
+        """The folder's tokenizer, loaded on first use (token ids are the engine's business, text is not)."""
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(self.model_path, trust_remote_code=False)

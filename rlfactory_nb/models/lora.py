@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from rlfactory_nb.config import ConfigError
+from rlfactory_nb.errors import CheckpointError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_NAME = "default"
@@ -147,5 +148,14 @@ def load_adapter(base: torch.nn.Module, path: str | Path, trainable: bool) -> to
     """The base with the adapter saved at `path`: trainable (resume) or merged into plain weights."""
     from peft import PeftModel
 
-    model = PeftModel.from_pretrained(base, str(path), adapter_name=ADAPTER_NAME, is_trainable=trainable)
+    try:
+        model = PeftModel.from_pretrained(base, str(path), adapter_name=ADAPTER_NAME, is_trainable=trainable)
+    except RuntimeError as error:
+        if "size mismatch" not in str(error):
+            raise
+        first = next((line.strip() for line in str(error).splitlines() if "size mismatch" in line), "")
+        raise CheckpointError(
+            f"the LoRA adapter {path} does not fit the base model {adapter_base(path)!r} it names in "
+            f"{ADAPTER_CONFIG} (was it trained on another model?): {first}"
+        ) from error
     return model if trainable else model.merge_and_unload()

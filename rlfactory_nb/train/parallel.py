@@ -22,8 +22,8 @@ from typing import Any, Literal
 import torch
 
 from rlfactory_nb.engines.build import cpu_state
+from rlfactory_nb.engines.logprobs import causal_lm
 from rlfactory_nb.models.precision import Precision, fsdp_policy
-from rlfactory_nb.train.logprobs import causal_lm
 
 Strategy = Literal["ddp", "fsdp"]
 

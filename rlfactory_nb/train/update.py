@@ -25,7 +25,7 @@ reduces over the tokens it would padded. Trajectories with no sampled token are 
 rows: they carry no loss (and a rank left with none still runs its zero-weight padding passes).
 
 The forward runs in the compute dtype under autocast over float32 master weights (see
-`rlfactory_nb.models.precision`), and log-probs and entropy come from `rlfactory_nb.train.logprobs`
+`rlfactory_nb.models.precision`), and log-probs and entropy come from `rlfactory_nb.engines.logprobs`
 (chunked; no (rows, length, vocabulary) tensor) unless `logprob_chunk_tokens` is None.
 
 The old logprobs are the rollout engine's. With `truncate_ratio` set they are recomputed by the trainer
@@ -47,9 +47,9 @@ from torch import Tensor
 
 from rlfactory_nb.algo.losses import kl_penalty, masked_mean
 from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_reduction
+from rlfactory_nb.engines.logprobs import chunked_token_stats, supports_chunking
 from rlfactory_nb.models.precision import FLOAT32, Precision, autocast
 from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_logprobs
-from rlfactory_nb.train.logprobs import chunked_token_stats, supports_chunking
 from rlfactory_nb.train.packing import PackedRow, first_fit_decreasing, pack
 from rlfactory_nb.train.parallel import gradient_sync
 from rlfactory_nb.train.schedule import LRSchedule
@@ -302,7 +302,7 @@ def forward_stats(
     entropy_grad: bool,
 ) -> tuple[Tensor, Tensor]:
     """(logprobs, entropies) (b, L) of one forward over `inputs` (input_ids (b, L) and the mask or
-    position ids): chunked over tokens through the model's own forward (`rlfactory_nb.train.logprobs`),
+    position ids): chunked over tokens through the model's own forward (`rlfactory_nb.engines.logprobs`),
     or from the full logits window."""
     start = first_trained_position(loss_mask)
     input_ids = inputs["input_ids"]

@@ -127,3 +127,20 @@ async def test_same_prompts_through_hf_and_vllm_give_valid_generations(
     from_hf, from_vllm = await hf.generate(prompts[3], GREEDY), await engine.generate(prompts[3], GREEDY)
     assert from_hf.token_ids == from_vllm.token_ids
     await hf.close()
+
+
+async def test_score_matches_transformers_and_the_hf_engine(engine, tiny_model, tokenizer, prompts, forward_logprobs):
+    """Prompt log-probs, twice over the same ids (the second may hit the prefix cache)."""
+    hf = HFEngine(tiny_model, tokenizer, num_threads=1)
+    for _ in range(2):
+        scored = await asyncio.gather(*(engine.score(ids) for ids in prompts))
+        for ids, logprobs in zip(prompts, scored):
+            reference = await hf.score(ids)
+            assert len(logprobs) == len(ids) - 1
+            worst = max(abs(a - b) for a, b in zip(logprobs, reference))
+            assert worst < TOLERANCE, f"vLLM prompt logprobs differ from the hf engine's by {worst:.2e}"
+            assert max(abs(a - b) for a, b in zip(reference, forward_logprobs(tiny_model, ids[:1], ids[1:]))) < 1e-5
+    with pytest.raises(ValueError, match="exceed the model's context"):
+        await engine.score([5] * 600)
+    assert engine.tokenizer.get_vocab() == tokenizer.get_vocab()
+    await hf.close()
