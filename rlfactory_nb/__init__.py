@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["Sample", "Trajectory"], "types"),
     "tool": "tools.python",
     "ToolSet": "tools.toolset",
+    **dict.fromkeys(["model_tool", "agent_tool"], "tools.delegate"),
     "Policy": "models.policy",
     "export": "models.export",
     "LLMJudge": "rewards.judge",

@@ -6,8 +6,8 @@
     │              UntrustedRunObjects (PermissionError)
     ├── ModelError: ModelFilesError (FileNotFoundError), RemoteCodeError (ValueError),
     │               CheckpointError (RuntimeError)
-    ├── EngineError: EngineUnavailableError (ImportError), EngineActorDied, InsufficientResources
-    │                (RuntimeError)
+    ├── EngineError: EngineUnavailableError (ImportError), EngineActorDied, InsufficientResources,
+    │                ChatError (RuntimeError)
     ├── ToolError: ServerStartError, ServerUnavailable, HandshakeError (RuntimeError),
     │              InvalidArguments (ValueError)
     ├── RolloutError: TemplateError, TemplateBoundError (ValueError), DriftError (RuntimeError)
@@ -98,6 +98,11 @@ class EngineActorDied(EngineError, RuntimeError):
 
 class InsufficientResources(EngineError, RuntimeError):
     """The cluster has not the CPUs or GPUs an engine asks for (or none is free); the message names both."""
+
+
+class ChatError(EngineError, RuntimeError):
+    """Another model (an LLM judge, a model tool) gave no usable chat reply: its endpoint was down,
+    slow, refusing or sent something unreadable, or its engine failed; the message says which."""
 
 
 class ToolError(RLFactoryError):

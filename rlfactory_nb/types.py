@@ -91,6 +91,9 @@ class ToolResult:
     """the text the model will see (already truncated to the configured cap)"""
     latency_s: float = 0.0
     cached: bool = False
+    details: dict[str, Any] | None = None
+    """data for people beside what the model reads, never shown to it: an agent tool's transcript
+    (`Trajectory.from_dict(result.details["trajectory"])`); None for most tools"""
 
     @property
     def ok(self) -> bool:

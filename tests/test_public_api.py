@@ -21,8 +21,9 @@ PUBLIC = [
     "Agent", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
     "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolSet", "TrainingJob", "Trajectory",
-    "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors", "evaluate",
-    "evaluate_sync", "example", "export", "format_trajectory", "launch", "rewards", "tool", "tools", "train_sync",
+    "agent_tool", "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors",
+    "evaluate", "evaluate_sync", "example", "export", "format_trajectory", "launch", "model_tool", "rewards", "tool",
+    "tools", "train_sync",
 ]  # fmt: skip
 
 # Each error's built-in base before the tree existed: an `except ValueError` (etc.) written against
@@ -38,6 +39,7 @@ BUILT_IN_BASES = {
     "EngineUnavailableError": ImportError,
     "EngineActorDied": RuntimeError,
     "InsufficientResources": RuntimeError,
+    "ChatError": RuntimeError,
     "ServerStartError": RuntimeError,
     "ServerUnavailable": RuntimeError,
     "HandshakeError": RuntimeError,
@@ -63,7 +65,7 @@ STD_BASES = (ValueError, TypeError, RuntimeError, ImportError, OSError)
 # Exceptions that never leave the module that raises them, so they stay where they are used.
 INTERNAL = {
     "CalculatorError": "tools/servers/calculator.py",  # the server's reply text; its own process
-    "ReplyRejected": "rewards/judge_http.py",  # always re-raised as a JudgeError
+    "ReplyRejected": "engines/chat_http.py",  # always re-raised as a ChatError
 }
 
 

@@ -1,12 +1,13 @@
-"""One request to a judge endpoint, answered within a time budget and a byte budget.
+"""One request to a chat endpoint (a judge, a model used as a tool), answered within a time budget
+and a byte budget.
 
-The judge's replies come from a server this process does not control, and the policy's own text is
-in the judge's prompt, so a reply may be hostile. httpx's timeout bounds each read, not the whole
+The replies come from a server this process does not control, and the policy's own text is in the
+prompt, so a reply may be hostile. httpx's timeout bounds each read, not the whole
 reply: a server sending one byte every 0.8 s kept a request alive past 25 s against a 0.5 s
 `timeout_s`. And httpx inflates a compressed chunk in one piece: a 0.39 MiB gzip reply became
 1.3 GiB of memory. So `post` puts one deadline on the whole attempt (connect to last byte) and reads
 the raw body, inflating it here with an output bound, so no more than `max_bytes` of decoded body is
-ever held. Usage numbers are checked too: they feed `JudgeUsage.cost`.
+ever held. Usage numbers are checked too: they feed `ChatUsage.cost`.
 """
 
 from __future__ import annotations

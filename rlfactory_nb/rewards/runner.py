@@ -15,6 +15,11 @@ A group reward (`@group_reward`, `LLMJudge.as_group_reward()`) takes the samples
 returns one score per sample: `score_groups` calls it once per group, under the same timeout, and a
 failure of the call (or a list of the wrong length) is a failure for every sample of the group,
 counted per sample like a per-sample function's. `score` treats each sample as a group of one.
+
+One failure is not counted: an engine actor that died under a function (an LLM judge's engine,
+`EngineActorDied`) is raised as it is, whatever `on_error` says, since every later sample would fail
+too; the trainer then fails the step, naming the engine. A function that meters what it spends (an
+LLM judge: requests, tokens, seconds) reports it through `usage_metrics`, once per training step.
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ import traceback
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import RewardConfig
-from rlfactory_nb.errors import RewardError
+from rlfactory_nb.errors import EngineActorDied, RewardError
 from rlfactory_nb.rewards.loading import load_reward
 from rlfactory_nb.rewards.values import (
     InvalidRewardValue,
@@ -45,6 +50,18 @@ from rlfactory_nb.rewards.values import (
 from rlfactory_nb.types import Sample
 
 FailureKind = Literal["exception", "timeout", "invalid"]
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """A reward function that counts what it spends (`LLMJudge`)."""
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """`<name>/<counter>` -> value since the last `reset_usage`"""
+        ...
+
+    def reset_usage(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -204,6 +221,8 @@ class RewardRunner:
             )
         except InvalidRewardValue as exc:
             outcome = RewardFailure(name, sample_id, "invalid", str(exc))
+        except EngineActorDied:
+            raise  # not one sample's failure: see the module docstring
         except Exception as exc:  # noqa: BLE001  (any error in user code becomes a reported failure)
             outcome = RewardFailure(name, sample_id, "exception", _describe(exc))
         seconds = time.perf_counter() - start
@@ -230,6 +249,8 @@ class RewardRunner:
             outcomes = [RewardFailure(name, sample_id, "timeout", message) for sample_id in sample_ids]
         except InvalidRewardValue as exc:
             outcomes = [RewardFailure(name, sample_id, "invalid", str(exc)) for sample_id in sample_ids]
+        except EngineActorDied:
+            raise  # not one group's failure: see the module docstring
         except Exception as exc:  # noqa: BLE001  (any error in user code becomes a reported failure)
             message = _describe(exc)
             outcomes = [RewardFailure(name, sample_id, "exception", message) for sample_id in sample_ids]
@@ -271,6 +292,16 @@ class RewardRunner:
             metrics[f"reward/{name}/failures"] = sum(n for (f, _), n in self._failures.items() if f == name)
             metrics[f"reward/{name}/time_mean_s"] = self._time_total[name] / calls if calls else 0.0
             metrics[f"reward/{name}/time_max_s"] = self._time_max[name]
+        return metrics
+
+    def usage_metrics(self) -> dict[str, float]:
+        """What the metered functions (an LLM judge) spent since the last call, as `reward/<name>/...`
+        keys (`reward/judge/tokens`, `reward/judge/seconds_mean`, ...); their counters restart at 0."""
+        metrics: dict[str, float] = {}
+        for function in self.functions.values():
+            if isinstance(function, Metered):
+                metrics.update({f"reward/{key}": value for key, value in function.metrics.items()})
+                function.reset_usage()
         return metrics
 
     def reset_metrics(self) -> None:

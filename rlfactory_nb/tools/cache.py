@@ -11,7 +11,7 @@ whitespace), so `{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` are one entry:
 >>> cache = ToolCache()
 >>> cache.put("calc.calculator", {"expression": "1+1"}, Recorded("ok", "2"))
 >>> cache.get("calc.calculator", {"expression": "1+1"})
-Recorded(status='ok', content='2')
+Recorded(status='ok', content='2', details=None)
 >>> cache.get("calc.calculator", {"expression": "2+2"}) is None
 True
 >>> (cache.hits, cache.misses)
@@ -41,6 +41,9 @@ class Recorded:
 
     status: str
     content: str
+    details: dict[str, Any] | None = None
+    """the call's `ToolResult.details`, kept in memory only: the sqlite file records what the model
+    read, so a replayed result has none"""
 
 
 def cache_key(tool: str, arguments: Mapping[str, Any]) -> str:

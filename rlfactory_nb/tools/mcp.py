@@ -69,6 +69,8 @@ class CallOutcome:
 
     is_error: bool
     text: str
+    details: dict[str, Any] | None = None
+    """`ToolResult.details` (a Python tool's ToolReply; an MCP server gives none)"""
 
 
 @dataclass

@@ -34,10 +34,20 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlfactory_nb.types import ToolSpec
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """What a tool function may return instead of a plain value: the text the model reads, and
+    `details` for people (an agent tool's transcript), kept in `ToolResult.details`, never shown to
+    the model."""
+
+    text: str
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,13 +66,13 @@ class PythonTool:
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.input_schema, server="python")
 
-    async def run(self, arguments: Mapping[str, Any]) -> str:
-        """Call with keyword arguments and return the result as the text the model reads."""
+    async def run(self, arguments: Mapping[str, Any]) -> ToolReply:
+        """Call with keyword arguments; the result as the text the model reads (and its details)."""
         if inspect.iscoroutinefunction(self.fn):
             value = await self.fn(**arguments)
         else:
             value = await asyncio.to_thread(self.fn, **arguments)
-        return result_text(value)
+        return value if isinstance(value, ToolReply) else ToolReply(result_text(value))
 
 
 def tool(

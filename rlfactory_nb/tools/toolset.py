@@ -24,6 +24,7 @@ from typing import Any, Self
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.config import ConfigError
+from rlfactory_nb.errors import ChatError
 from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.cache import Recorded, ToolCache, cache_key
 from rlfactory_nb.tools.config import (
@@ -85,7 +86,7 @@ class ToolSet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._global_limit: asyncio.Semaphore | None = None
         self._start_lock: asyncio.Lock | None = None
-        self._in_flight: dict[str, asyncio.Future[tuple[str, str, bool]]] = {}  # by cache key
+        self._in_flight: dict[str, asyncio.Future[tuple[Recorded, bool]]] = {}  # by cache key
 
     @classmethod
     def from_config(cls, source: str | Path | Mapping[str, Any] | ToolsFile, **settings: Any) -> ToolSet:
@@ -202,26 +203,24 @@ class ToolSet:
         if use_cache and (pending := self._in_flight.get(key)) is not None:
             # The same call is running now (a group's samples ask the same thing at the same moment,
             # before any result is cached): share its outcome instead of calling again.
-            status, text, _ = await asyncio.shield(pending)
+            shared, _ = await asyncio.shield(pending)
             self.cache.count_hit()
-            return _result(name, status, self._truncate(text), started_at, cached=True)
+            return self._result(name, shared, started_at, cached=True)
         if use_cache and (hit := self.cache.get(entry.qualified, args)) is not None:
-            return _result(name, hit.status, self._truncate(hit.content), started_at, cached=True)
+            return self._result(name, hit, started_at, cached=True)
         if self.settings.replay:
-            return _result(
-                name, "error", f"replay: no recorded result for {name} with these arguments", started_at
-            )
+            return _result(name, "error", f"replay: no recorded result for {name} with these arguments", started_at)
         call = asyncio.ensure_future(self._invoke_limited(entry, args))
         if use_cache:
             self._in_flight[key] = call
             call.add_done_callback(lambda _: self._in_flight.pop(key, None))
-        status, text, cacheable = await asyncio.shield(call)  # a cancelled caller leaves it to the others
+        outcome, cacheable = await asyncio.shield(call)  # a cancelled caller leaves it to the others
         if cacheable and self.cache is not None:
-            self.cache.put(entry.qualified, args, Recorded(status, text))
-        return _result(name, status, self._truncate(text), started_at)
+            self.cache.put(entry.qualified, args, outcome)
+        return self._result(name, outcome, started_at)
 
-    async def _invoke_limited(self, entry: _Tool, args: dict[str, Any]) -> tuple[str, str, bool]:
-        """(status, full text, cacheable) of one real call, under the concurrency limits and the timeout.
+    async def _invoke_limited(self, entry: _Tool, args: dict[str, Any]) -> tuple[Recorded, bool]:
+        """(outcome with the full text, cacheable) of one real call, under the concurrency limits and the timeout.
         Waiting for a slot does not count against the timeout."""
         assert self._global_limit is not None
         async with self._global_limit:
@@ -230,26 +229,27 @@ class ToolSet:
             async with entry.semaphore:
                 return await self._invoke(entry, args)
 
-    async def _invoke(self, entry: _Tool, args: dict[str, Any]) -> tuple[str, str, bool]:
+    async def _invoke(self, entry: _Tool, args: dict[str, Any]) -> tuple[Recorded, bool]:
         timeout_s = entry.options.timeout_s
         try:
             async with asyncio.timeout(timeout_s):
                 outcome = await entry.invoke(entry.remote_name, args)
         except TimeoutError:
-            return "timeout", f"tool {entry.spec.name} timed out after {timeout_s:g} s", False
-        except ServerUnavailable as exc:
-            return "error", str(exc), False
+            return Recorded("timeout", f"tool {entry.spec.name} timed out after {timeout_s:g} s"), False
+        except (ServerUnavailable, ChatError) as exc:  # the server or the model behind it: may come back
+            return Recorded("error", str(exc)), False
         except validate.InvalidArguments as exc:
-            return "invalid_args", f"invalid arguments for {entry.spec.name}: {exc}", False
+            return Recorded("invalid_args", f"invalid arguments for {entry.spec.name}: {exc}"), False
         except Exception as exc:  # noqa: BLE001 - a Python tool raised: the model reads the error
-            return "error", f"{type(exc).__name__}: {exc}", True
-        return ("error" if outcome.is_error else "ok"), outcome.text, True
+            return Recorded("error", f"{type(exc).__name__}: {exc}"), True
+        return Recorded("error" if outcome.is_error else "ok", outcome.text, outcome.details), True
 
-    def _truncate(self, text: str) -> str:
-        limit = self.settings.max_result_chars
-        if len(text) <= limit:
-            return text
-        return f"{text[:limit]}\n[... truncated: showing {limit} of {len(text)} characters]"
+    def _result(self, name: str, outcome: Recorded, started_at: float, cached: bool = False) -> ToolResult:
+        """The ToolResult the caller gets: the outcome's text truncated to `max_result_chars`."""
+        text, limit = outcome.content, self.settings.max_result_chars
+        if len(text) > limit:
+            text = f"{text[:limit]}\n[... truncated: showing {limit} of {len(text)} characters]"
+        return _result(name, outcome.status, text, started_at, cached, outcome.details)
 
     # -- setup internals --------------------------------------------------------------------------
 
@@ -338,7 +338,8 @@ def _function_entry(
 
 def _python_invoke(fn: PythonTool) -> Invoke:
     async def invoke(_name: str, arguments: dict[str, Any]) -> CallOutcome:
-        return CallOutcome(False, await fn.run(arguments))
+        reply = await fn.run(arguments)
+        return CallOutcome(False, reply.text, reply.details or None)
 
     return invoke
 
@@ -404,5 +405,8 @@ def _first_error(validator: Any, arguments: dict[str, Any]) -> str:
     return f"'{where}': {error.message}" if where else error.message
 
 
-def _result(name: str, status: str, content: str, started_at: float, cached: bool = False) -> ToolResult:
-    return ToolResult(name, status, content, latency_s=time.perf_counter() - started_at, cached=cached)  # type: ignore[arg-type]
+def _result(
+    name: str, status: str, content: str, started_at: float, cached: bool = False, details: dict[str, Any] | None = None
+) -> ToolResult:
+    latency_s = time.perf_counter() - started_at
+    return ToolResult(name, status, content, latency_s=latency_s, cached=cached, details=details)  # type: ignore[arg-type]
