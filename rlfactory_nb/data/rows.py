@@ -5,7 +5,8 @@ what the reward function compares against. Sources:
 
 - `synthetic:calculator` / `synthetic:calculator-heldout`: the embedded calculator task (disjoint
   seeds, so held-out questions are never trained on); likewise `synthetic:nl2sql` (questions with
-  gold SQL over the example's generated database, recipes/nl2sql) and `-heldout`;
+  gold SQL over the example's generated database, recipes/nl2sql), `synthetic:gsm8k` (GSM8K-style
+  word problems, recipes/gsm8k) and their `-heldout` splits;
 - a `.jsonl` or `.parquet` file whose rows have `messages` (a list of chat messages) or `prompt` (a
   string, taken as one user message, or a list of messages) plus `ground_truth`; other columns are
   kept and reach reward functions as `sample.metadata`. The verl / Search-R1 layout (`prompt`
@@ -33,6 +34,7 @@ from typing import Any
 
 from rlfactory_nb.errors import DatasetError
 from rlfactory_nb.models.presets import calculator
+from rlfactory_nb.recipes.gsm8k import synthetic as gsm8k
 from rlfactory_nb.recipes.nl2sql import data as nl2sql
 
 Row = dict[str, Any]
@@ -42,6 +44,8 @@ SYNTHETIC_SOURCES: dict[str, Callable[[int], list[Row]]] = {
     "synthetic:calculator-heldout": functools.partial(calculator.dataset, "heldout"),
     "synthetic:nl2sql": functools.partial(nl2sql.dataset, "train"),
     "synthetic:nl2sql-heldout": functools.partial(nl2sql.dataset, "heldout"),
+    "synthetic:gsm8k": functools.partial(gsm8k.dataset, "train"),
+    "synthetic:gsm8k-heldout": functools.partial(gsm8k.dataset, "heldout"),
 }
 """generated datasets by name, each called with how many rows to make (a generator with fewer
 distinct questions gives all it has)"""
