@@ -204,3 +204,27 @@ def test_html_exports_show_the_token_strip_and_plots_offline(chromium, executed_
         page.screenshot(path=str(ARTIFACTS / "offline_03_train_grpo.png"), full_page=True)
     finally:
         context.close()
+
+
+def test_a_policy_comparison_page_shows_the_coloured_strip_offline(chromium, tmp_path):
+    """The static rendering of `comparison.view()` (also `rlfactory-nb compare`'s page), network off."""
+    from playwright.sync_api import expect
+
+    from rlfactory_nb.widgets.compare import page_html
+    from tests.widgets.test_compare_view import hand_comparison
+
+    page_file = tmp_path / "compare.html"
+    page_file.write_text(f"<html><meta charset='utf-8'><body>{page_html(hand_comparison())}</body></html>", encoding="utf-8")
+    context = chromium.new_context(viewport={"width": 1000, "height": 700})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    page = context.new_page()
+    try:
+        page.goto(page_file.as_uri())
+        token = page.locator(".rf-strip .rf-change").first
+        expect(token).to_be_visible()
+        assert "rgb(33, 102, 172)" in token.evaluate("node => getComputedStyle(node).backgroundColor")  # the largest rise
+        assert "p 0.368" in token.get_attribute("title")
+        expect(page.locator("svg.rf-plot").first).to_be_visible()
+        page.screenshot(path=str(ARTIFACTS / "offline_compare.png"), full_page=True)
+    finally:
+        context.close()
