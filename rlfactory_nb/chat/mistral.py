@@ -30,7 +30,7 @@ from typing import Any
 
 from rlfactory_nb.chat import messages, reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, register_parser
+from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, json_type, register_parser
 from rlfactory_nb.types import MalformedCall, Message, ToolCall
 
 CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -139,7 +139,7 @@ def _read_block(text: str, start: int) -> _Read:
         return value
     arguments, end = value
     if not isinstance(arguments, dict):
-        return _error(text, start, end, f"The {ARGS} of {name!r} must be a JSON object, got {_json_type(arguments)}.")
+        return _error(text, start, end, f"The {ARGS} of {name!r} must be a JSON object, got a JSON {json_type(arguments)}.")
     return _Read([ToolCall(name=name, arguments=arguments, raw=text[start:end])], end)
 
 
@@ -161,17 +161,17 @@ def _list_call(item: Any, raw: str) -> ToolCall | MalformedCall:
         return MalformedCall(f"{message} {FORMAT_HINT}", raw=raw)
 
     if not isinstance(item, dict):
-        return error(f"Each call in the JSON list must be an object, got {_json_type(item)}.")
+        return error(f"Each call in the JSON list must be an object, got a JSON {json_type(item)}.")
     name, arguments = item.get("name"), item.get("arguments", {})
     if not isinstance(name, str) or not name.strip():
-        return error(f'"name" must be a non-empty string, got {_json_type(name)}.')
+        return error(f'"name" must be a non-empty string, got a JSON {json_type(name)}.')
     if isinstance(arguments, str):  # some servers send arguments as a JSON string
         try:
             arguments = json.loads(arguments or "{}")
         except (ValueError, RecursionError):
             return error(f'The "arguments" of {name!r} are a string that is not valid JSON.')
     if not isinstance(arguments, dict):
-        return error(f'The "arguments" of {name!r} must be a JSON object, got {_json_type(arguments)}.')
+        return error(f'The "arguments" of {name!r} must be a JSON object, got a JSON {json_type(arguments)}.')
     return ToolCall(name=name.strip(), arguments=arguments, raw=raw)
 
 
@@ -223,11 +223,6 @@ def _error(text: str, start: int, end: int, message: str) -> _Read:
 
 def _skip_space(text: str, pos: int) -> int:
     return _SPACE.match(text, pos).end()
-
-
-def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def _assistant_message(text: str, calls: list[ToolCall], reasoning: str = "") -> Message:

@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlfactory_nb.chat.blocks import Finder as _Finder  # noqa: F401  (chat/sections.py imports it from here)
 from rlfactory_nb.chat.blocks import (
     Finders,
     Read,

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlfactory_nb.chat import reasoning
+from rlfactory_nb.chat.blocks import Finder
 from rlfactory_nb.chat.parsers import ParseResult, cap_calls
 from rlfactory_nb.chat.qwen3 import THINK
-from rlfactory_nb.chat.qwen3_xml import _Finder
 from rlfactory_nb.types import MalformedCall, ToolCall
 
 NAME = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -57,7 +57,7 @@ class Reader:
 
     def __init__(self, text: str, markers: SectionMarkers):
         self.text, self.markers = text, markers
-        self.finders = {m: _Finder(text, m) for m in (markers.call_open, markers.call_close)}
+        self.finders = {m: Finder(text, m) for m in (markers.call_open, markers.call_close)}
 
     def skip_space(self, pos: int) -> int:
         return _SPACE.match(self.text, pos).end()
