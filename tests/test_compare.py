@@ -175,3 +175,24 @@ def test_bad_arguments_say_what_is_taken(before, trajectories):
         rf.compare_policies_sync(trajectories, before, 3)
     with pytest.raises(ValueError, match="at least one trajectory"):
         rf.compare_policies_sync([], before, before)
+
+
+def test_the_cli_writes_the_tables_and_the_page(tmp_path, trajectories, capsys):
+    from rlfactory_nb.cli import main
+    from rlfactory_nb.types import save_jsonl
+
+    run = tmp_path / "run"
+    base = save_with_tokenizer(random_qwen3(0, hidden=32), tmp_path / "base")
+    save_with_tokenizer(random_qwen3(1, hidden=32), run / "checkpoints" / "step_000002")
+    (run / "checkpoints" / "step_000002" / "trainer_state.pt").write_bytes(b"")
+    (run / "job.json").write_text(json.dumps({"model": str(base)}))
+    save_jsonl(trajectories, run / "trajectories" / "step_000001.jsonl")
+    assert main(["compare", str(run), "--steps", "0", "2", "--device", "cpu"]) == 0
+    out = run / "compare" / "step_0-step_2"
+    tokens = (out / "tokens.csv").read_text().splitlines()
+    assert tokens[0] == "trajectory,turn,position,token_id,token,logprob_before,logprob_after,change"
+    assert len(tokens) == 1 + sum(t.num_sampled_tokens for t in trajectories)
+    assert "rf-change" in (out / "compare.html").read_text() and (out / "top_tokens.csv").exists()
+    assert "wrote" in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match="no checkpoint of step 5; it has steps \\[2\\]"):
+        main(["compare", str(run), "--steps", "0", "5"])

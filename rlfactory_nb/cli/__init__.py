@@ -3,6 +3,7 @@
     rlfactory-nb demo [--out DIR]            the main job on the embedded default
     rlfactory-nb train CONFIG [key=value] [--resume]   GRPO training, headless
     rlfactory-nb eval ...                    evaluate a checkpoint or model on a dataset
+    rlfactory-nb compare RUN_DIR --steps A B what training changed between two steps, token by token
     rlfactory-nb export CHECKPOINT OUT       a checkpoint (LoRA merged) as a plain Hugging Face folder
     rlfactory-nb tools list|call CONFIG ...  check a tools config from a shell
     rlfactory-nb config CONFIG [key=value]   validate a run config and print it resolved
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_demo_parser,
         add_train_parser,
         add_eval_parser,
+        add_compare_parser,
         add_export_parser,
         add_tools_parser,
         add_config_parser,
@@ -115,6 +117,23 @@ def add_eval_parser(commands: Any) -> argparse.ArgumentParser:
     evaluate.add_argument("--base", default=None, help="a second model to compare against")
     evaluate.set_defaults(handler=_deferred("rlfactory_nb.eval:run_eval_command"))
     return evaluate
+
+
+def add_compare_parser(commands: Any) -> argparse.ArgumentParser:
+    compare = _add_command(
+        commands,
+        "compare",
+        "what a run changed between two steps: CSV tables, an HTML page",
+        "rlfactory-nb compare runs/tiny-calculator --steps 0 30",
+    )
+    compare.add_argument("run_dir", help="the run folder (runs/<name>)")
+    compare.add_argument("--steps", nargs=2, type=int, required=True, metavar=("A", "B"), help="0 is the base model")
+    compare.add_argument("--out", default=None, help="output folder (default RUN_DIR/compare/step_A-step_B)")
+    compare.add_argument("--limit", type=int, default=16, help="trajectories to score (default 16)")
+    compare.add_argument("--top", type=int, default=10, help="token texts per direction in top_tokens.csv")
+    compare.add_argument("--device", default="auto", help="where the two models run (auto, cpu, cuda)")
+    compare.set_defaults(handler=_deferred("rlfactory_nb.cli.compare:run_compare_command"))
+    return compare
 
 
 def add_export_parser(commands: Any) -> argparse.ArgumentParser:
