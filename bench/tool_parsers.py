@@ -56,6 +56,8 @@ PEERS = {  # reference template -> (our family, the vLLM parser for it)
     "gpt_oss": ("gpt_oss", "openai"),
     "gemma4": ("gemma4", "gemma4"),
 }
+EXTRA_MARKERS = {"llama3_2": ("<|python_tag|>",)}
+"""tokens a vLLM parser looks up that the template never writes (Llama 3.2's has no <|python_tag|>)"""
 MARKERS_AS_DATA = "Calls end with </tool_call>, [TOOL_CALLS], <｜tool▁call▁end｜>, <|call|> or <tool_call|>."
 CASES: dict[str, tuple[list[tuple[str, dict[str, Any]]], str, str]] = {
     "single": ([("get_weather", {"city": "Paris"})], "", ""),
@@ -121,12 +123,29 @@ def sampled(template: str, fmt: ChatFormat, calls: list, content: str, reasoning
             continue
     else:
         return None
-    if not full.startswith(prompt):
-        prompt = os.path.commonprefix([prompt, full])
-    turn = full[len(prompt):]
-    ends = [i for i in (turn.find(t) for t in fmt.end_of_turn) if i >= 0]
-    prefilled = fmt.reasoning is not None and prompt.rstrip().endswith(fmt.reasoning.open)
-    return (turn[: min(ends)] if ends else turn), prefilled
+    continues = full.startswith(prompt)
+    start = len(prompt) if continues else _marker_start(full, len(os.path.commonprefix([prompt, full])), template)
+    turn = full[start:]
+    ends = sorted(i for i in (turn.find(t) for t in fmt.end_of_turn) if i >= 0)
+    if sum(turn.count(t) for t in fmt.end_of_turn) > 1 or any(name not in turn for name, _ in calls):
+        # The family's turn ends before the text does (gpt-oss stops at each call's <|call|>, here
+        # also written inside a value), or the template left a call out (one call per turn): the
+        # render is not one sampled turn.
+        return None
+    # A history render that does not continue the generation prompt (R1 drops the pre-filled
+    # <think>) is the turn without its reasoning: the parser must not start inside it.
+    prefilled = continues and fmt.reasoning is not None and prompt.rstrip().endswith(fmt.reasoning.open)
+    return (turn[: ends[0]] if ends else turn), prefilled
+
+
+def _marker_start(text: str, position: int, template: str) -> int:
+    """`position`, moved back to the start of a template marker that it falls inside (the common
+    prefix of two renders can end partway through `<｜tool▁calls▁begin｜>`)."""
+    for marker in set(MARKER.findall(template)):
+        for start in range(max(0, position - len(marker) + 1), position):
+            if text.startswith(marker, start):
+                return start
+    return position
 
 
 def texts(quick: bool) -> list[Text]:
@@ -156,7 +175,7 @@ def vllm_parser(template_name: str, name: str) -> tuple[Any, Any] | str:
     except ImportError as exc:
         return f"vLLM not importable ({exc})"
     template = (TEMPLATES / f"{template_name}.jinja").read_text()
-    markers = sorted(set(MARKER.findall(template)))
+    markers = sorted(set(MARKER.findall(template)) | set(EXTRA_MARKERS.get(template_name, ())))
     tokenizer = build_tokenizer(added_tokens=[(m, True) for m in markers], eos_token=markers[0], pad_token=None, template=template)
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
     try:
@@ -237,6 +256,18 @@ def main() -> None:
                 f"- {len(all_texts)} texts: {len(CASES)} assistant turns per template rendered by the reference "
                 "template and cut at the family's end of turn"
                 + ("" if quick else ", plus each one-call turn cut halfway") + "."
+            ),
+            (
+                "- Where they disagree, vLLM's parser returns a call from a turn cut off inside it (the name, "
+            "with the arguments read so far or none), which the agent loop would run; or it ends a call at a "
+            "marker written inside an argument's string (Hermes, Mistral, GLM, DeepSeek V3.1 and Gemma 4 "
+            "here). Ours reports a cut-off call as a MalformedCall and reads markers inside strings as "
+            "data; docs/decisions.md (\"Tool-call parsers: a cut-off call never runs\") says why."
+            ),
+            (
+                "- vLLM's `openai` (gpt-oss) tool parser is a stub in this version (`NotImplementedError: "
+            "use HarmonyParser`): its serving layer parses Harmony with `openai-harmony`, which needs the "
+            "o200k vocabulary file from the internet; ours reads Harmony text from any tokenizer."
             ),
             (
                 "- \"right\" = the calls the turn was rendered from (none for a turn cut halfway). Disagreements, "
