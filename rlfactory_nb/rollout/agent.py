@@ -213,6 +213,7 @@ class Agent:
         )
         traj.metadata["drift_position"] = found.position
         traj.metadata["dropped_think_blocks"] = found.dropped_think_blocks
+        traj.metadata["rewritten_tokens"] = found.rewritten_tokens
         if found.ok:
             return
         message = (
