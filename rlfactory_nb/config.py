@@ -119,6 +119,31 @@ class RolloutConfig:
 
 
 @dataclass(frozen=True)
+class JudgeConfig:
+    """An LLM judge the run serves itself, on its own resources next to the policy's engines."""
+
+    model: NonEmptyStr
+    """the judge model: a preset, a local Hugging Face folder (every node must read it), or a hub id"""
+    engine: NonEmptyStr = "hf"
+    """the judge's engine kind ("hf", "vllm", or a registered one)"""
+    num_gpus: NonNegativeFloat = 0.0
+    """GPUs the judge's engine actor reserves (on Ray; e.g. 2 with engine_args tensor_parallel_size: 2)"""
+    num_cpus: PositiveFloat = 1.0
+    """CPUs the judge's engine actor reserves (on Ray)"""
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """extra engine arguments, passed unchanged (e.g. gpu_memory_utilization: 0.9)"""
+    use: Literal["reward", "logged"] = "reward"
+    """"reward": the judge's score is the training reward, `function` is logged beside it; "logged":
+    `function` is the reward and the judge's score is only logged"""
+    max_tokens: PositiveInt = 1024
+    """the most tokens the judge writes per verdict"""
+    max_concurrency: PositiveInt = 8
+    """judge requests in flight at once (the engine batches them)"""
+    timeout_s: PositiveFloat = 60.0
+    """one verdict's time limit (keep reward.timeout_s above it)"""
+
+
+@dataclass(frozen=True)
 class RewardConfig:
     function: NonEmptyStr = "rlfactory_nb.rewards.functions:exact_match"
     """the reward function, as `module:function` or `path/to/file.py:function`"""
@@ -132,6 +157,9 @@ class RewardConfig:
     """samples scored at once"""
     timeout_s: PositiveFloat = 60.0
     """per-sample scoring time limit"""
+    judge: JudgeConfig | None = None
+    """an LLM judge served by the run (`{model, engine, num_gpus}`): started as an engine with the
+    run (an engine actor on Ray, in-process locally) and stopped with it; None: no judge"""
 
 
 @dataclass(frozen=True)
@@ -406,7 +434,7 @@ def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str,
 
 # ---------------------------------------------------------------------- the paths a config names
 
-PATH_KEYS = ("output_dir", "model.name", "tools.config", "reward.function", "data.train", "data.eval")
+PATH_KEYS = ("output_dir", "model.name", "tools.config", "reward.function", "reward.judge.model", "data.train", "data.eval")
 """the keys whose value may name a local file or folder, in `config_paths`' order (tests/test_config_paths.py
 fails when a RunConfig field is added without saying whether it belongs here)"""
 
@@ -421,8 +449,8 @@ class ConfigPath:
     """the path as the config writes it (a relative one is relative to the working directory)"""
     kind: Literal["input", "output", "model"]
     """"input": a file or folder the run reads (the tools file, a `file.py:function` reward, a dataset);
-    "output": the folder it writes (output_dir); "model": model.name, a folder only when one is there
-    (else a preset name or a hub id)"""
+    "output": the folder it writes (output_dir); "model": model.name or reward.judge.model, a folder
+    only when one is there (else a preset name or a hub id)"""
     suffix: str = ""
     """what follows the path in the value (a reward's `:function`), kept when the path is rewritten"""
 
@@ -446,6 +474,8 @@ def config_paths(cfg: RunConfig) -> list[ConfigPath]:
     module, _, function = cfg.reward.function.rpartition(":")
     if module.endswith(".py"):
         found.append(ConfigPath("reward.function", Path(module), "input", f":{function}"))
+    if cfg.reward.judge is not None:
+        found.append(ConfigPath("reward.judge.model", Path(cfg.reward.judge.model), "model"))
     for key in ("train", "eval"):
         source = getattr(cfg.data, key)
         if not source.startswith("synthetic:"):

@@ -23,6 +23,7 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.engines.base import Engine
+from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rollout.agent import Agent
@@ -116,6 +117,15 @@ class Runtime:
         once the backend runs, after the tools file and the reward were checked); returns self."""
         self.engine, self.policy = engine, policy or self.policy
         return self
+
+    def use_judge(self, engine: Engine) -> RewardRunner:
+        """The reward runner with the judge `reward.judge` declares, on `engine` (the backend started
+        it): the training reward or logged beside it, as `reward.judge.use` says; returns the runner."""
+        judge = self.cfg.reward.judge
+        if judge is None:
+            raise ValueError("this run declares no judge (reward.judge)")
+        self._reward = self.reward.with_function("judge", LLMJudge.from_config(judge, engine), first=judge.use == "reward")
+        return self._reward
 
     @property
     def reward(self) -> RewardRunner:

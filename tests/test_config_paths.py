@@ -4,7 +4,7 @@ import dataclasses
 import typing
 from pathlib import Path
 
-from rlfactory_nb.config import PATH_KEYS, RewardConfig, RunConfig, ToolsConfig, config_paths
+from rlfactory_nb.config import PATH_KEYS, JudgeConfig, RewardConfig, RunConfig, ToolsConfig, config_paths
 
 NOT_PATHS = {
     "name", "wandb_project", "samples_per_step",
@@ -14,6 +14,8 @@ NOT_PATHS = {
     "rollout.chat_format", "rollout.parser", "rollout.max_turns", "rollout.max_new_tokens", "rollout.max_total_tokens",
     "rollout.temperature", "rollout.top_p", "rollout.max_in_flight", "rollout.drift_check",
     "reward.args", "reward.on_error", "reward.max_concurrency", "reward.timeout_s",
+    "reward.judge.engine", "reward.judge.num_gpus", "reward.judge.num_cpus", "reward.judge.engine_args",
+    "reward.judge.use", "reward.judge.max_tokens", "reward.judge.max_concurrency", "reward.judge.timeout_s",
     "cluster.address", "cluster.num_workers", "cluster.num_engines", "cluster.cpus_per_worker",
     "cluster.gpus_per_worker", "cluster.num_gpus", "cluster.colocate", "cluster.strategy", "cluster.weight_sync",
     "cluster.object_store_memory_gb", "cluster.backend",
@@ -24,6 +26,10 @@ NOT_PATHS = {
 SECTIONS_WITHOUT_PATHS = {"grpo"}
 """sections checked as a whole: the algorithm's settings name no files"""
 
+OPTIONAL_SECTIONS = {"reward.judge"}
+"""optional records whose keys are classified one by one (reward.judge.model names a model as model.name
+does); other optional records (model.lora) are one value"""
+
 
 def leaf_keys(cls: type, prefix: str = "") -> set[str]:
     """The dotted keys of a config dataclass, nested config sections walked (not optional records
@@ -33,7 +39,10 @@ def leaf_keys(cls: type, prefix: str = "") -> set[str]:
     for field in dataclasses.fields(cls):
         kind = hints[field.name]
         key = f"{prefix}{field.name}"
-        if dataclasses.is_dataclass(kind) and field.default is dataclasses.MISSING:
+        if key in OPTIONAL_SECTIONS:
+            (kind,) = [part for part in typing.get_args(kind) if dataclasses.is_dataclass(part)]
+            keys |= leaf_keys(kind, f"{key}.")
+        elif dataclasses.is_dataclass(kind) and field.default is dataclasses.MISSING:
             if field.name not in SECTIONS_WITHOUT_PATHS:
                 keys |= leaf_keys(kind, f"{key}.")
         else:
@@ -52,7 +61,9 @@ def test_every_config_field_is_said_to_hold_a_path_or_not():
 
 def test_config_paths_lists_every_path_key_that_names_a_path():
     cfg = RunConfig(
-        name="x", tools=ToolsConfig(config="tools.yaml"), reward=RewardConfig(function="rewards/mine.py:score")
+        name="x",
+        tools=ToolsConfig(config="tools.yaml"),
+        reward=RewardConfig(function="rewards/mine.py:score", judge=JudgeConfig(model="judges/qwq")),
     ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet"})
     found = config_paths(cfg)
     assert tuple(named.key for named in found) == PATH_KEYS
@@ -61,6 +72,7 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
     assert by_key["reward.function"].value("/abs/mine.py") == "/abs/mine.py:score"
     assert {named.kind for named in found} == {"input", "output", "model"}
     assert by_key["output_dir"].kind == "output" and by_key["model.name"].kind == "model"
+    assert by_key["reward.judge.model"].kind == "model" and by_key["reward.judge.model"].path == Path("judges/qwq")
 
 
 def test_values_that_name_no_path_are_left_out():

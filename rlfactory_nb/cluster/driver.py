@@ -225,6 +225,7 @@ class GuardedBackend:
     def __init__(self, backend: Backend):
         self._backend = backend
         self.policy = backend.policy
+        self.judge = backend.judge
         self.lock = asyncio.Lock()
         self.version = 0
 

@@ -37,13 +37,19 @@ def check_named(cfg: RunConfig, objects: RunObjects) -> None:
 
 
 def absolute_paths(cfg: RunConfig) -> RunConfig:
-    """`cfg` with the run folder, the files it reads that exist here, and a local model folder named
-    by absolute paths (model weights never travel with the project folder: storage every node mounts)."""
+    """`cfg` with the run folder, the files it reads that exist here, and local model folders (the
+    policy's, the judge's) named by absolute paths (model weights never travel with the project folder: storage every node mounts)."""
     overrides = {}
     for named in config_paths(cfg):
         if named.kind == "output" or (named.kind == "input" and named.path.exists()):
             overrides[named.key] = named.value(named.path.resolve())
-    folder = model_folder(cfg.model.name, log=lambda _: None)
-    if isinstance(folder, Path) and cfg.model.name not in presets.PRESETS:
-        overrides["model.name"] = str(folder.resolve())
+        elif named.kind == "model" and (folder := _model_folder(named.value(named.path))) is not None:
+            overrides[named.key] = str(folder)
     return cfg.replace(overrides)
+
+
+def _model_folder(name: str) -> Path | None:
+    """The absolute folder a model name (model.name, reward.judge.model) resolves to here; None for a
+    preset (each node has its own) or a hub id."""
+    folder = model_folder(name, log=lambda _: None)
+    return folder.resolve() if isinstance(folder, Path) and name not in presets.PRESETS else None

@@ -4,7 +4,8 @@
       |- PolicyWorker x num_workers   one process group, gloo (CPU) or NCCL (GPU); DDP (a full copy
       |                               each) or FSDP (sharded), see `rlfactory_nb.train.parallel`; each
       |                               trains on its slice of every mini-batch
-      '- EngineActor x num_engines    an hf or vLLM engine each; rollouts are spread over them
+      |- EngineActor x num_engines    an hf or vLLM engine each; rollouts are spread over them
+      '- the judge's EngineActor      with reward.judge: its own CPUs and GPUs, the rewards' engine
 
 Weight sync, after each update (cluster.weight_sync):
     object_store  worker 0 puts its full state dict in the Ray object store once and every engine
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from rlfactory_nb.cluster.engine_actor import EngineActor, actor_device, run_engine_start
-from rlfactory_nb.cluster.engines import ClusterEngine
+from rlfactory_nb.cluster.engines import ClusterEngine, start_engine
 from rlfactory_nb.cluster.ray_cluster import join, start_local
 from rlfactory_nb.config import ClusterConfig, RunConfig
 from rlfactory_nb.engines import engine_traits, weight_sync
@@ -44,7 +45,7 @@ from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 
 
-def init_ray(cluster: ClusterConfig) -> Any:
+def init_ray(cluster: ClusterConfig, extra_cpus: float = 0.0) -> Any:
     """Connect to `cluster.address`, or start a local Ray sized for the workers and engines, listening
     on 127.0.0.1 only and never joining a stale cluster found through /tmp/ray files."""
     import ray
@@ -55,7 +56,7 @@ def init_ray(cluster: ClusterConfig) -> Any:
     if cluster.address is not None:
         join(cluster.address)
         return ray
-    needed = (cluster.num_workers + cluster.num_engines) * cluster.cpus_per_worker
+    needed = (cluster.num_workers + cluster.num_engines) * cluster.cpus_per_worker + extra_cpus
     # Ray gives its raylet 30 s to register; a busy 2-core machine (CI, a notebook running a job) can
     # take longer, and then the whole run fails at start.
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
@@ -167,7 +168,9 @@ class RayBackend:
         version: int = 0,
     ):
         cluster = self.cluster = cfg.cluster.layout()
-        ray = init_ray(cluster)
+        ray = init_ray(cluster, cfg.reward.judge.num_cpus if cfg.reward.judge is not None else 0.0)
+        # the judge first: a model that cannot be placed fails the run before the workers start
+        self.judge = start_judge(cfg)
         self.policy = policy
         self._ray = ray
         threads = max(1, int(cluster.cpus_per_worker))
@@ -254,6 +257,8 @@ class RayBackend:
         workers = self.workers
         named = {f"policy worker {rank} of {len(workers)}": worker for rank, worker in enumerate(workers)}
         named.update({f"engine actor {index}": actor for index, actor in enumerate(self.engine.actors)})
+        if self.judge is not None:
+            named.update({f"judge engine actor {self.judge.name}": actor for actor in self.judge.actors})
         return named
 
     async def _rank0(self, method: str) -> Any:
@@ -268,9 +273,22 @@ class RayBackend:
 
     async def close(self) -> None:
         await self.engine.close()  # kills the engine actors too
+        if self.judge is not None:
+            await self.judge.close()
         await asyncio.gather(*(worker.close.remote() for worker in self.workers), return_exceptions=True)
         for worker in self.workers:
             self._ray.kill(worker)
+
+
+def start_judge(cfg: RunConfig) -> ClusterEngine | None:
+    """The engine actor of the judge `reward.judge` declares, on its own resources; None without one."""
+    judge = cfg.reward.judge
+    if judge is None:
+        return None
+    return start_engine(
+        judge.model, judge.engine, num_gpus=judge.num_gpus, num_cpus=judge.num_cpus,
+        seed=cfg.grpo.seed, label="judge", **judge.engine_args,
+    )  # fmt: skip
 
 
 SUMMED = ("train/tokens", "train/padding_tokens", "train/oversized_sequences")

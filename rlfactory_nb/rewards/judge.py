@@ -35,6 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Self
 
+from rlfactory_nb.config import JudgeConfig
 from rlfactory_nb.engines.base import Engine
 from rlfactory_nb.engines.chat_client import ChatReply, ChatSettings, ChatUsage, chat_client, max_duration_s
 from rlfactory_nb.errors import ChatError, JudgeError, JudgeParseError
@@ -113,6 +114,14 @@ class LLMJudge:
         self.group_parser = group_parser
         self.name = self.__name__ = name  # the reward runner names a function by __name__
         self._cache = ToolCache(path=cache_path) if cache or cache_path is not None else None
+
+    @classmethod
+    def from_config(cls, config: JudgeConfig, engine: Engine) -> LLMJudge:
+        """The judge `reward.judge` declares, on its engine (started by the run's backend)."""
+        return cls(
+            engine=engine, model=config.model, max_concurrency=config.max_concurrency,
+            timeout_s=config.timeout_s, max_tokens=config.max_tokens,
+        )  # fmt: skip
 
     @property
     def model(self) -> str:

@@ -139,6 +139,15 @@ class RewardRunner:
             timeout_s=config.timeout_s,
         )
 
+    def with_function(self, name: str, function: RewardFunction, first: bool) -> RewardRunner:
+        """A runner with the same settings and `function` added as `name`: first (the training
+        reward) or last (logged beside it)."""
+        if name in self.functions:
+            raise ValueError(f"the reward functions already include one named {name!r}")
+        added = {name: function}
+        functions = {**added, **self.functions} if first else {**self.functions, **added}
+        return RewardRunner(functions, on_error=self.on_error, max_concurrency=self.max_concurrency, timeout_s=self.timeout_s)
+
     @property
     def primary(self) -> str:
         return next(iter(self.functions))

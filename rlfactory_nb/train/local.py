@@ -59,6 +59,7 @@ class LocalBackend:
             1, "LocalBackend", initializer=torch.set_num_threads, initargs=(self.threads,)
         )
         self.engine: Engine = self._make_engine(cfg)
+        self.judge = self._make_judge(cfg)
 
     def _make_engine(self, cfg: RunConfig) -> Engine:
         kind, compute = cfg.model.engine, self.training.precision.compute
@@ -74,6 +75,15 @@ class LocalBackend:
         # The engine computes in the run's compute dtype, named explicitly (build_engine says why);
         # LoRA: it loads the base, and the merged weights follow by sync.
         return build_engine(kind, self._snapshot(), seed=cfg.grpo.seed, **options)
+
+    def _make_judge(self, cfg: RunConfig) -> Engine | None:
+        """The judge `reward.judge` declares, in this process (its resource keys are Ray's)."""
+        judge = cfg.reward.judge
+        if judge is None:
+            return None
+        model = Policy.load(judge.model, device=str(self.policy.device), log=lambda _: None)
+        threads = {"num_threads": self.threads} if engine_traits(judge.engine).loads == "objects" else {}
+        return model.engine(judge.engine, seed=cfg.grpo.seed, **threads, **judge.engine_args)
 
     def _engine_source(self, cfg: RunConfig) -> tuple[EngineSource, dict[str, torch.Tensor] | None]:
         """The trained model itself, or (asynchronous) a copy of its weights for the engine alone."""
@@ -116,4 +126,6 @@ class LocalBackend:
 
     async def close(self) -> None:
         await self.engine.close()
+        if self.judge is not None:
+            await self.judge.close()
         self._executor.shutdown(wait=False)

@@ -139,6 +139,8 @@ class Trainer:
         self.metrics.truncate_after(self.step)
         await self.runtime.start()
         self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint), self.step)
+        if self.backend.judge is not None:
+            self.reward = self.runtime.use_judge(self.backend.judge)
         if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
             await self.backend.sync_weights(self.step)
         self.engine = VersionedEngine(self.backend.engine, self.step)
@@ -224,6 +226,7 @@ class Trainer:
             **ready.seconds,
             **timer.seconds(),
             **self._overlap(trained, ready.waited_s, timer),
+            **self.reward.usage_metrics(),  # the judge's requests, tokens and latency since the last row
         }
         sampled = sum(traj.num_sampled_tokens for group in groups for traj in group)
         row["throughput/sampled_tokens_per_s"] = sampled / max(row["time/rollout_s"], 1e-9)
@@ -232,7 +235,12 @@ class Trainer:
 
     def _draw(self, step: int, timer: StepTimer) -> Awaitable[Any]:
         """Step `step`'s groups, rolled out and scored (with dynamic sampling's extra rounds)."""
-        return draw_groups(step, self.order, self.train_rows, self.cfg.grpo, self._rollouts(step), self.score, timer)
+
+        async def score(groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
+            # a judge's engine actor that died fails the step, named; other failures are the runner's
+            return await self._on_backend(step, "the rewards", self.score(groups), actor_deaths_only=True)
+
+        return draw_groups(step, self.order, self.train_rows, self.cfg.grpo, self._rollouts(step), score, timer)
 
     def _overlap(self, trained: list[Trajectory], waited_s: float, timer: StepTimer) -> dict[str, float]:
         """Asynchrony metrics over the wall time since the previous step ended."""
