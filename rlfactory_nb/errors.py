@@ -125,6 +125,11 @@ class InvalidArguments(ToolError, ValueError):
     """Arguments no tool can be given (not valid Unicode, too deep, not JSON): the caller's fault."""
 
 
+class QueryError(ToolError, ValueError):
+    """A SQL query the read-only SQL tool refused or could not finish (examples/nl2sql); its message
+    is what the model reads."""
+
+
 class RolloutError(RLFactoryError):
     """A rollout cannot be assembled from the chat template and the engine's token ids."""
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import QueryError
+
 MAX_SQL_CHARS = 4000
 MAX_VALUE_BYTES = 100_000
 """the longest string or blob a query may build (SQLITE_LIMIT_LENGTH)"""
@@ -31,10 +33,6 @@ PROGRESS_EVERY = 1000
 
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 _DENIED_FUNCTIONS = {"load_extension"}
-
-
-class QueryError(ValueError):
-    """A refused or failed query; the message is what the model reads (after "error: ")."""
 
 
 @dataclass(frozen=True)
