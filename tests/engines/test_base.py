@@ -50,8 +50,8 @@ def test_stop_tokens_come_from_the_model_family(tokenizer, monkeypatch):
     assert stop_token_ids_from_tokenizer(tokenizer, other) == (vocab["<|im_end|>"], vocab["<|im_start|>"])
     monkeypatch.setattr(tokenizer, "chat_template", "{{ messages[0].content }}")
     assert stop_token_ids_from_tokenizer(tokenizer) == (tokenizer.eos_token_id,)
-    with pytest.raises(ChatFormatError, match="unknown chat format 'llama3'"):
-        stop_token_ids_from_tokenizer(tokenizer, "llama3")
+    with pytest.raises(ChatFormatError, match="unknown chat format 'llama9'"):
+        stop_token_ids_from_tokenizer(tokenizer, "llama9")
 
 
 def test_registry_knows_both_kinds_and_rejects_others():
