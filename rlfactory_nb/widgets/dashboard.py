@@ -7,7 +7,9 @@ asynchronous run's staleness and busy shares. Each panel has a legend of its own
 step axes tick on whole steps. A daemon thread refreshes every `refresh_s` seconds until the job
 ends; a thread rather than an asyncio task so that refreshing goes on while a cell blocks in
 `job.wait()`. The rollout selector lists the run's saved trajectories, newest step first, and shows
-the chosen one (or a RolloutStepper on the job's current weights, where the job offers one) below.
+the chosen one (or a RolloutStepper on the job's current weights, where the job offers one) below;
+"What did training change here?" scores it with the base model and the latest checkpoint
+(`rf.compare_policies`) and shows the tokens coloured by the change.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES
+from rlfactory_nb.compare import compare_policies_sync
 from rlfactory_nb.types import Trajectory
 from rlfactory_nb.widgets._base import StaticFallback, error_area, report_error, run_callback
 from rlfactory_nb.widgets.front_end import figure_widget
@@ -190,6 +193,11 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
             description="Step through a rollout with current weights", icon="step-forward",
             layout=_button_layout(display=None if hasattr(job, "stepper") else "none"),
         )
+        self.compare_button = widgets.Button(
+            description="What did training change here?", icon="exchange",
+            tooltip="score the selected rollout with the run's base model and its latest checkpoint",
+            layout=_button_layout(display=None if hasattr(job, "checkpoints") else "none"),
+        )
         self.trajectory_choice = widgets.Dropdown(
             description="rollout", options=[], layout=widgets.Layout(width="auto", min_width="480px"),
             style={"description_width": "initial"},
@@ -199,13 +207,16 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         self.refresh_button.on_click(lambda _: run_callback(self.errors, self.refresh))
         self.stop_button.on_click(lambda _: run_callback(self.errors, lambda: threading.Thread(target=job.stop, daemon=True).start()))
         self.stepper_button.on_click(lambda _: run_callback(self.errors, self.job.stepper, done=self._show))
+        self.compare_button.on_click(lambda _: run_callback(self.errors, self.compare_selected, done=self._show))
         self.trajectory_choice.observe(lambda change: self._show_trajectory(change["new"]), names=["value"])
         self._rows: list[dict[str, Any]] = []
         self._trajectories: dict[str, Trajectory] = {}
         self._tokenizer: Any = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        controls = widgets.HBox([self.refresh_button, self.stop_button, self.stepper_button, self.status])
+        controls = widgets.HBox(
+            [self.refresh_button, self.stop_button, self.stepper_button, self.compare_button, self.status]
+        )
         super().__init__([controls, self.figure, self.trajectory_choice, self.output_area, self.errors])
         self.add_class("rf-training-dashboard")
         self.refresh()
@@ -316,6 +327,20 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
             except Exception as error:  # noqa: BLE001  (shown in the view; polling stops)
                 report_error(self.errors, error)
                 return
+
+    def compare_selected(self) -> Any:
+        """The selected rollout scored by the run's base model and by its latest checkpoint
+        (`rf.compare_policies`): which of its tokens training made more or less likely."""
+        trajectory = self._trajectories.get(self.trajectory_choice.value)
+        if trajectory is None:
+            raise ValueError("no rollout is selected: choose one in the rollout list first")
+        checkpoints = self.job.checkpoints
+        if not checkpoints:
+            raise ValueError(
+                f"job {self.job.name!r} has no checkpoint yet to compare with its base model "
+                "(grpo.checkpoint_every sets how often one is written)"
+            )
+        return compare_policies_sync([trajectory], self.job.config().model.name, checkpoints[-1]).view()
 
     def _view(self, trajectory: Trajectory) -> TrajectoryView:
         if self._tokenizer is None:

@@ -136,3 +136,33 @@ def test_the_kl_panel_says_when_a_run_has_no_kl(tmp_path):
     assert "entropy (KL off: grpo.kl_coef = 0)" in titles and "KL and entropy" not in titles
     assert titles[:len(PANELS)][0] == "reward"  # the other panels keep their titles
     assert "entropy (KL off: grpo.kl_coef = 0)" in dashboard.static_html()
+
+
+def test_the_compare_button_scores_the_selected_rollout_with_base_and_latest_checkpoint(tmp_path):
+    """Base and "checkpoint" are the same preset here, so every token's change is exactly 0."""
+    from rlfactory_nb.config import RunConfig
+    from rlfactory_nb.models.files import model_folder
+
+    make_run(tmp_path, 2)
+
+    class FinishedJob(TrainingJob):
+        @property
+        def checkpoints(self):
+            return [model_folder("tiny-calculator")]
+
+        def config(self):
+            return RunConfig.from_dict({"name": "demo", "model": {"name": "tiny-calculator"}})
+
+    dashboard = TrainingDashboard(FinishedJob.attach("demo", output_dir=tmp_path), autostart=False)
+    assert dashboard.compare_button.layout.display is None
+    comparison = dashboard.compare_selected()
+    assert comparison.comparison.tokens["change"].abs().max() == 0.0
+    dashboard.compare_button.click()
+    assert not dashboard.errors.outputs and dashboard.output_area.outputs
+
+
+def test_the_compare_button_says_when_there_is_no_checkpoint_yet(tmp_path):
+    make_run(tmp_path, 1)
+    dashboard = TrainingDashboard(TrainingJob.attach("demo", output_dir=tmp_path), autostart=False)
+    dashboard.compare_button.click()
+    assert "has no checkpoint yet" in str(dashboard.errors.outputs)
