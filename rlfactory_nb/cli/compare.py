@@ -17,7 +17,6 @@ from rlfactory_nb.compare import compare_policies_sync
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, list_checkpoints
 from rlfactory_nb.types import Trajectory, load_jsonl
-from rlfactory_nb.widgets.compare import page_html
 
 
 def run_compare_command(args: argparse.Namespace) -> int:
@@ -31,7 +30,8 @@ def run_compare_command(args: argparse.Namespace) -> int:
     comparison.turns.to_csv(out / "turns.csv", index=False)
     comparison.top_tokens(args.top).to_csv(out / "top_tokens.csv", index=False)
     page = f"<html><head><meta charset='utf-8'><title>{run.name}: step {first} vs {second}</title></head><body>"
-    (out / "compare.html").write_text(f"{page}{page_html(comparison)}</body></html>", encoding="utf-8")
+    # the view's offline rendering, reached by type: no core module imports a widget module
+    (out / "compare.html").write_text(f"{page}{comparison.view().static_html()}</body></html>", encoding="utf-8")
     print(comparison.top_tokens(args.top).to_string(index=False))
     print(f"wrote {out}/tokens.csv, turns.csv, top_tokens.csv and compare.html ({len(trajectories)} trajectories)")
     return 0

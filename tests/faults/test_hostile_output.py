@@ -162,9 +162,11 @@ def test_the_parser_is_linear_in_the_text(unit):
 
 def test_broken_blocks_past_the_cap_are_counted_in_one_error():
     """10,000 broken blocks are not 10,000 messages to the model (each would be a tool message)."""
-    result = get_parser("qwen3", max_calls=4).parse("<tool_call>" * 10_000)
+    result = get_parser("qwen3", max_calls=4).parse("<tool_call>{bad}</tool_call>" * 10_000)
     assert result.calls == [] and len(result.errors) == 5
     assert "10000 broken <tool_call> blocks in one turn; only the first 4 are answered" in result.errors[-1].message
+    openers = get_parser("qwen3", max_calls=4).parse("<tool_call>" * 10_000)  # one run of openers: one block
+    assert openers.calls == [] and 1 <= len(openers.errors) <= 5
 
 
 # -- item 11: ToolSet.call returns a result for anything ---------------------------------------------

@@ -154,6 +154,8 @@ DYNAMIC_IMPORTS = {
     ("train/backends.py", "import_module"),  # a backend's module from the constant BACKEND_MODULES
     ("cluster/shipping.py", "import_module"),  # the package launch staged the config's files into
     ("_views.py", "import_module"),  # the constant "rlfactory_nb.widgets", when a view is asked for
+    ("rewards/isolated.py", "import_module"),  # a checker worker resolves the function object its parent
+    # named in code (math_verify's own checker); never text from a config, a tool or the model
 }
 PROCESS_STARTERS = {
     "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
@@ -167,6 +169,8 @@ PROCESS_STARTERS = {
 STARTS_PROCESSES = {
     ("tools/servers/python_sandbox.py", "asyncio.create_subprocess_exec"),
     ("cluster/shipping.py", "subprocess.run"),  # sys.executable -c <fixed code>: a fresh sys.path, no input
+    ("rewards/isolated.py", "subprocess.Popen"),  # sys.executable -c <fixed code>: a killable checker worker
+    # (math_verify), CPU-time capped; its requests name functions from our code, its input is JSON
 }
 
 
