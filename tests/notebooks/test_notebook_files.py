@@ -25,6 +25,13 @@ def test_committed_without_outputs_with_a_parameters_cell(name):
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_cell_has_a_unique_id(name):
+    """nbformat 4.5 requires cell ids (papermill warns today; a future nbformat refuses the file)."""
+    ids = [cell.get("id") for cell in cells(name)]
+    assert None not in ids and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_cells_use_only_the_public_api(name):
     source = "\n".join("".join(cell["source"]) for cell in cells(name) if cell["cell_type"] == "code")
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
