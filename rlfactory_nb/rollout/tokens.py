@@ -21,7 +21,7 @@ from typing import Any, Literal
 from rlfactory_nb.chat import ChatFormat
 from rlfactory_nb.chat.messages import DELTA_BASE
 from rlfactory_nb.errors import TemplateError
-from rlfactory_nb.rollout import template_bounds
+from rlfactory_nb.rollout import guard, template_bounds
 from rlfactory_nb.types import Message
 
 
@@ -81,9 +81,10 @@ def delta_ids(
     chat_format: ChatFormat | None = None,
     after: Message | None = None,
 ) -> list[int]:
-    """`delta_text`'s ids; `after` is the assistant message the delta follows."""
-    text = delta_text(tokenizer, new_messages, enable_thinking, chat_format, after)
-    return tokenizer.encode(text, add_special_tokens=False)
+    """`delta_text`'s ids; `after` is the assistant message the delta follows. A special token's
+    text inside a message (a tool echoing `<|im_end|>`) is tokenized as characters (rollout/guard.py)."""
+    guarded, found = guard.guard(tokenizer, new_messages)
+    return guard.encode(tokenizer, delta_text(tokenizer, guarded, enable_thinking, chat_format, after), found)
 
 
 @dataclass(frozen=True)
