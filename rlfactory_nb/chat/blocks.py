@@ -79,8 +79,18 @@ def parse_turn(
     text: str, syntax: Syntax, read: BlockReader, markers: reasoning.ReasoningMarkers, starts_inside: bool,
     max_calls: int,
 ) -> ParseResult:
-    """One assistant turn: a leading reasoning block (its call blocks are drafts: counted, not read),
-    then text and call blocks; at most `max_calls` calls run (`cap_calls`)."""
+    """One assistant turn of call blocks that `read` reads (see `assemble`)."""
+    pieces = lambda part: split_blocks(part, syntax.open, read)
+    return assemble(text, pieces, syntax.open, syntax.hint, markers, starts_inside, max_calls)
+
+
+def assemble(
+    text: str, pieces: Callable[[str], list[Piece]], opener: str, hint: str,
+    markers: reasoning.ReasoningMarkers, starts_inside: bool, max_calls: int,
+) -> ParseResult:
+    """One assistant turn: a leading reasoning block (its `opener`s are drafts: counted, not read),
+    then the text outside it cut into `pieces` (text, calls, broken calls); at most `max_calls` calls
+    run and broken ones past that are counted in one error (`cap_calls`)."""
     content: list[str] = []
     answer: list[str] = []
     calls: list[ToolCall] = []
@@ -89,9 +99,9 @@ def parse_turn(
     for part in reasoning.segments(text, markers, starts_inside, leading_only=True):
         if part.in_reasoning:
             content.append(part.text)
-            drafted += part.text.count(syntax.open)
+            drafted += part.text.count(opener)
             continue
-        for piece in split_blocks(part.text, syntax.open, read):
+        for piece in pieces(part.text):
             if isinstance(piece, str):
                 content.append(piece)
                 answer.append(piece)
@@ -101,7 +111,7 @@ def parse_turn(
                 errors.append(piece)
             else:
                 unreported += 1
-    calls, errors = cap_calls(calls, errors, unreported, max_calls, syntax.open, syntax.hint)
+    calls, errors = cap_calls(calls, errors, unreported, max_calls, opener, hint)
     return ParseResult(
         content="".join(content).strip(),
         calls=calls,

@@ -20,9 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlfactory_nb.chat import reasoning
-from rlfactory_nb.chat.blocks import Finder
-from rlfactory_nb.chat.parsers import ParseResult, cap_calls
+from rlfactory_nb.chat.blocks import Finder, assemble
+from rlfactory_nb.chat.parsers import ParseResult
 from rlfactory_nb.chat.qwen3 import THINK
 from rlfactory_nb.types import MalformedCall, ToolCall
 
@@ -94,35 +93,8 @@ def parse(
 ) -> ParseResult:
     """One turn: a leading `<think>` block (calls in it are drafts: counted, not run), then text
     with call sections."""
-    content: list[str] = []
-    answer: list[str] = []
-    calls: list[ToolCall] = []
-    errors: list[MalformedCall] = []
-    unreported = drafted = 0
-    for part in reasoning.segments(text, THINK, starts_inside, leading_only=True):
-        if part.in_reasoning:
-            content.append(part.text)
-            drafted += part.text.count(markers.call_open)
-            continue
-        for piece in _pieces(part.text, markers, read_call):
-            if isinstance(piece, str):
-                content.append(piece)
-                answer.append(piece)
-            elif isinstance(piece, ToolCall):
-                calls.append(piece)
-            elif len(errors) < max_calls:
-                errors.append(piece)
-            else:
-                unreported += 1
-    calls, errors = cap_calls(calls, errors, unreported, max_calls, markers.call_open, markers.hint)
-    return ParseResult(
-        content="".join(content).strip(),
-        calls=calls,
-        errors=errors,
-        reasoning=reasoning.split(text, THINK, starts_inside, leading_only=True)[0],
-        answer="".join(answer).strip(),
-        calls_in_reasoning=drafted,
-    )
+    pieces = lambda part: _pieces(part, markers, read_call)
+    return assemble(text, pieces, markers.call_open, markers.hint, THINK, starts_inside, max_calls)
 
 
 def _pieces(text: str, markers: SectionMarkers, read_call: ReadCall) -> list[str | ToolCall | MalformedCall]:
