@@ -309,6 +309,41 @@ class ClusterConfig:
     """"local": trainer and engine in this process, no Ray (for debugging); "ray": policy workers and
     engine actors on Ray; "auto": Ray when num_workers, num_engines or num_gpus > 1 or an address is
     given"""
+    driver_resources: dict[str, float] = field(default_factory=dict)
+    """custom Ray resources the training driver asks for, which pin it to the nodes that offer them
+    (`ray start --resources='{"trainer": 1}'` on a node, `{trainer: 1}` here); empty: any node"""
+    worker_resources: dict[str, float] = field(default_factory=dict)
+    """custom Ray resources each policy worker asks for, in its placement group bundle (the workers'
+    group is PACKed: onto one node where they fit, for NCCL); empty: any node"""
+    engine_resources: dict[str, float] = field(default_factory=dict)
+    """custom Ray resources each engine actor asks for, in its bundle (the engines' group is SPREAD
+    over the nodes that offer them); empty: any node"""
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        """Rules the builder reports like a range: (field, problem and fix).
+
+        >>> ClusterConfig(worker_resources={"GPU": 1}, engine_resources={"node3": 0}).field_problems()
+        [('worker_resources', "'GPU' is Ray's own: set cluster.gpus_per_worker or cluster.num_gpus instead"), ('engine_resources', "'node3': the amount must be a number >= 0.0001, got 0")]
+        """
+        problems = []
+        for key in ("driver_resources", "worker_resources", "engine_resources"):
+            problems.extend((key, problem) for problem in self._resource_problems(getattr(self, key)))
+        return problems
+
+    @staticmethod
+    def _resource_problems(resources: dict[str, Any]) -> list[str]:
+        """What Ray would refuse in a custom resource request (its own resources, tiny amounts)."""
+        own = {"CPU": "cpus_per_worker", "GPU": "gpus_per_worker or cluster.num_gpus"}
+        problems = []
+        for name, amount in resources.items():
+            if not isinstance(name, str) or not name.strip():
+                problems.append(f"resource names must be non-empty strings, got {name!r}")
+            elif name in (*own, "memory", "object_store_memory"):
+                fix = f"set cluster.{own[name]} instead" if name in own else "Ray sizes it itself"
+                problems.append(f"{name!r} is Ray's own: {fix}")
+            elif type(amount) not in (int, float) or not 1e-4 <= amount < float("inf"):  # NaN fails too
+                problems.append(f"{name!r}: the amount must be a number >= 0.0001, got {amount!r}")
+        return problems
 
     def layout(self) -> ClusterConfig:
         """The cluster with `num_gpus` spelled out: half the GPUs train and half generate, one each

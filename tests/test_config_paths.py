@@ -18,7 +18,8 @@ NOT_PATHS = {
     "reward.judge.use", "reward.judge.max_tokens", "reward.judge.max_concurrency", "reward.judge.timeout_s",
     "cluster.address", "cluster.num_workers", "cluster.num_engines", "cluster.cpus_per_worker",
     "cluster.gpus_per_worker", "cluster.num_gpus", "cluster.colocate", "cluster.strategy", "cluster.weight_sync",
-    "cluster.object_store_memory_gb", "cluster.backend",
+    "cluster.object_store_memory_gb", "cluster.backend", "cluster.driver_resources", "cluster.worker_resources",
+    "cluster.engine_resources",
     "data.eval_size",
 }  # fmt: skip
 """every other leaf key: none names a file or folder (reward.args may, but it is the factory's business)"""
