@@ -26,7 +26,7 @@ from rlfactory_nb._views import view_of
 from rlfactory_nb.config import ConfigError
 from rlfactory_nb.errors import ChatError
 from rlfactory_nb.tools import validate
-from rlfactory_nb.tools.cache import Recorded, ToolCache, cache_key
+from rlfactory_nb.tools.cache import Recorded, SharedCache, ToolCache, cache_key
 from rlfactory_nb.tools.config import (
     FunctionConfig,
     ServerConfig,
@@ -46,6 +46,8 @@ PYTHON_SOURCE = "python"
 
 Invoke = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
 """how a tool is called: (name on its server, arguments) -> outcome"""
+Found = tuple[Recorded, bool, bool] | None
+"""what one lookup-or-call yields: (outcome, cacheable, cached); None: replay found no record"""
 
 
 @dataclass
@@ -71,7 +73,11 @@ class ToolSet:
         servers: Sequence[ServerConfig] = (),
         functions: Sequence[FunctionConfig | PythonTool | Callable[..., Any]] = (),
         settings: ToolSetSettings | None = None,
+        *,
+        shared_cache: SharedCache | None = None,
     ):
+        """`shared_cache`: a cache tier shared with the job's other processes (cluster/tool_cache.py),
+        asked after this process's LRU; it records to `settings.cache_path` instead of this ToolSet."""
         self.settings = settings = settings or ToolSetSettings()
         self.connections = {
             s.name: MCPConnection(
@@ -80,26 +86,37 @@ class ToolSet:
             for s in servers
         }
         self._functions = [_function_entry(f, i) for i, f in enumerate(functions)]
-        self.cache = _make_cache(settings)
+        self.cache = _make_cache(settings, shared_cache)
         self._tools: dict[str, _Tool] = {}
         self._exposed: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._global_limit: asyncio.Semaphore | None = None
         self._start_lock: asyncio.Lock | None = None
-        self._in_flight: dict[str, asyncio.Future[tuple[Recorded, bool]]] = {}  # by cache key
+        self._in_flight: dict[str, asyncio.Future[Found]] = {}  # by cache key
 
     @classmethod
-    def from_config(cls, source: str | Path | Mapping[str, Any] | ToolsFile, **settings: Any) -> ToolSet:
+    def from_config(
+        cls,
+        source: str | Path | Mapping[str, Any] | ToolsFile,
+        *,
+        shared_cache: SharedCache | None = None,
+        **settings: Any,
+    ) -> ToolSet:
         """A ToolSet from our YAML, an `{"mcpServers": ...}` JSON, a dict of either, or a parsed file.
         Keyword arguments (timeout_s, max_concurrency, max_result_chars, cache, cache_path, ...)
-        override the file's `settings:`."""
+        override the file's `settings:`; `shared_cache` as the constructor takes it."""
         parsed = source if isinstance(source, ToolsFile) else load_tools_config(source, **settings)
-        return cls(parsed.servers, parsed.functions, parsed.settings)
+        return cls(parsed.servers, parsed.functions, parsed.settings, shared_cache=shared_cache)
 
     @classmethod
-    def from_functions(cls, *functions: PythonTool | Callable[..., Any], **settings: Any) -> ToolSet:
-        """A ToolSet of Python functions only (no processes to start)."""
-        return cls((), functions, ToolSetSettings(**settings))
+    def from_functions(
+        cls,
+        *functions: PythonTool | Callable[..., Any],
+        shared_cache: SharedCache | None = None,
+        **settings: Any,
+    ) -> ToolSet:
+        """A ToolSet of Python functions only (no processes to start); arguments as `from_config`'s."""
+        return cls((), functions, ToolSetSettings(**settings), shared_cache=shared_cache)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -203,21 +220,35 @@ class ToolSet:
         if use_cache and (pending := self._in_flight.get(key)) is not None:
             # The same call is running now (a group's samples ask the same thing at the same moment,
             # before any result is cached): share its outcome instead of calling again.
-            shared, _ = await asyncio.shield(pending)
+            found = await asyncio.shield(pending)
+            if found is None:
+                return _unrecorded(name, started_at)
             self.cache.count_hit()
-            return self._result(name, shared, started_at, cached=True)
+            return self._result(name, found[0], started_at, cached=True)
         if use_cache and (hit := self.cache.get(entry.qualified, args)) is not None:
             return self._result(name, hit, started_at, cached=True)
-        if self.settings.replay:
-            return _result(name, "error", f"replay: no recorded result for {name} with these arguments", started_at)
-        call = asyncio.ensure_future(self._invoke_limited(entry, args))
+        # Registered as in flight before the shared tier is asked: identical calls arriving while it
+        # answers wait for this one rather than ask (and maybe call) again.
+        call = asyncio.ensure_future(self._shared_or_invoke(entry, args, use_cache))
         if use_cache:
             self._in_flight[key] = call
             call.add_done_callback(lambda _: self._in_flight.pop(key, None))
-        outcome, cacheable = await asyncio.shield(call)  # a cancelled caller leaves it to the others
+        found = await asyncio.shield(call)  # a cancelled caller leaves it to the others
+        if found is None:
+            return _unrecorded(name, started_at)
+        outcome, cacheable, cached = found
         if cacheable and self.cache is not None:
             self.cache.put(entry.qualified, args, outcome)
-        return self._result(name, outcome, started_at)
+        return self._result(name, outcome, started_at, cached=cached)
+
+    async def _shared_or_invoke(self, entry: _Tool, args: dict[str, Any], use_cache: bool) -> Found:
+        """After a local miss: the shared cache tier's outcome, else (in replay: None) a real call's."""
+        if use_cache and (hit := await self.cache.get_shared(entry.qualified, args)) is not None:
+            return hit, False, True
+        if self.settings.replay:
+            return None
+        outcome, cacheable = await self._invoke_limited(entry, args)
+        return outcome, cacheable, False
 
     async def _invoke_limited(self, entry: _Tool, args: dict[str, Any]) -> tuple[Recorded, bool]:
         """(outcome with the full text, cacheable) of one real call, under the concurrency limits and the timeout.
@@ -356,12 +387,16 @@ def _check_named_tools(config: ServerConfig, offered: set[str], problems: list[s
                 )
 
 
-def _make_cache(settings: ToolSetSettings) -> ToolCache | None:
+def _make_cache(settings: ToolSetSettings, shared: SharedCache | None) -> ToolCache | None:
     if settings.replay and settings.cache_path is None:
         raise ConfigError(["settings.replay: replay needs settings.cache_path (the recorded sqlite file)"])
     if not settings.cache and settings.cache_path is None:
         return None
-    return ToolCache(max_entries=settings.cache_size, path=settings.cache_path)
+    return ToolCache(max_entries=settings.cache_size, path=settings.cache_path, shared=shared)
+
+
+def _unrecorded(name: str, started_at: float) -> ToolResult:
+    return _result(name, "error", f"replay: no recorded result for {name} with these arguments", started_at)
 
 
 def _parse_arguments(entry: _Tool, arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str]:

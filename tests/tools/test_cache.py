@@ -1,6 +1,8 @@
-"""ToolCache: canonical keys, LRU eviction, counters, record/replay through sqlite, shared in-flight calls."""
+"""ToolCache: canonical keys, LRU eviction, counters, record/replay through sqlite, shared in-flight
+calls, and a shared second tier (an in-process twin here; the Ray actor is tests/cluster/test_tool_cache.py)."""
 
 import asyncio
+from pathlib import Path
 
 from rlfactory_nb.tools import ToolCache, ToolSet
 from rlfactory_nb.tools.cache import Recorded, cache_key
@@ -20,7 +22,7 @@ def test_least_recently_used_entries_are_evicted():
     cache.put("t", {"i": 3}, Recorded("ok", "3"))
     assert cache.get("t", {"i": 2}) is None
     assert cache.get("t", {"i": 1}) == Recorded("ok", "1")
-    assert cache.stats() == {"hits": 2, "misses": 1, "entries": 2}
+    assert cache.stats() == {"hits": 2, "local_hits": 2, "shared_hits": 0, "misses": 1, "entries": 2}
 
 
 def test_results_recorded_on_disk_are_found_by_a_new_cache(tmp_path):
@@ -101,3 +103,75 @@ async def test_a_cancelled_caller_does_not_cancel_the_shared_call():
         first.cancel()
         result = await second
     assert result.status == "ok" and result.content == "3" and result.cached
+
+
+class DictTier:
+    """The SharedCache protocol over a dict, answering after a real suspension (as an actor would)."""
+
+    def __init__(self):
+        self.entries: dict[str, Recorded] = {}
+        self.record_path: Path | None = None
+        self.lookups = 0
+
+    def open(self, record_path: Path | None) -> None:
+        self.record_path = record_path
+
+    async def get(self, key: str) -> Recorded | None:
+        self.lookups += 1
+        await asyncio.sleep(0.01)
+        return self.entries.get(key)
+
+    def put(self, key: str, outcome: Recorded) -> None:
+        self.entries[key] = outcome
+
+
+async def test_a_second_process_is_answered_by_the_shared_tier():
+    tier, runs = DictTier(), []
+
+    def lookup(word: str) -> str:
+        runs.append(word)
+        return word.upper()
+
+    first, second = (ToolSet.from_functions(lookup, shared_cache=tier) for _ in range(2))  # two processes
+    async with first, second:
+        ran = await first.call("lookup", {"word": "qwen"})
+        shared = await second.call("lookup", {"word": "qwen"})
+        local = await second.call("lookup", {"word": "qwen"})
+    assert runs == ["qwen"] and ran.content == shared.content == local.content == "QWEN"
+    assert (ran.cached, shared.cached, local.cached) == (False, True, True)
+    assert second.stats()["cache"] == {
+        "hits": 2,
+        "local_hits": 1,
+        "shared_hits": 1,
+        "misses": 0,
+        "entries": 1,
+    }
+    assert first.stats()["cache"]["misses"] == 1 and tier.lookups == 2
+
+
+async def test_identical_calls_waiting_on_the_shared_tier_run_the_tool_once():
+    tier, runs = DictTier(), []
+
+    async def search(query: str) -> str:
+        runs.append(query)
+        return f"results for {query}"
+
+    async with ToolSet.from_functions(search, shared_cache=tier) as tools:
+        results = await tools.call_many([("search", {"query": "grpo"})] * 8)
+    assert runs == ["grpo"] and tier.lookups == 1 and sum(r.cached for r in results) == 7
+
+
+async def test_the_shared_tier_keeps_the_record_and_no_details(tmp_path):
+    tier = DictTier()
+    path = tmp_path / "run" / "tools.sqlite"
+    cache = ToolCache(path=path, shared=tier)
+    cache.put("t", {"i": 1}, Recorded("ok", "1", details={"rows": [1]}))
+    assert tier.record_path == path and not path.exists(), "the tier is the file's one writer"
+    assert tier.entries == {cache_key("t", {"i": 1}): Recorded("ok", "1")}
+    assert cache.get("t", {"i": 1}).details == {"rows": [1]}, "in this process the details stay"
+
+
+async def test_without_a_shared_tier_get_shared_finds_nothing():
+    cache = ToolCache()
+    assert cache.get("t", {}) is None and await cache.get_shared("t", {}) is None
+    assert cache.stats()["misses"] == 1
