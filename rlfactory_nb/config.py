@@ -30,6 +30,7 @@ from rlfactory_nb.config_schema import (
     folder_name,
     load_yaml,
 )
+from rlfactory_nb.storage import is_uri, join
 
 
 @dataclass(frozen=True)
@@ -382,7 +383,8 @@ class RunConfig:
     name: Annotated[str, folder_name]
     """the run's name: its folder under output_dir and its Ray job name"""
     output_dir: NonEmptyStr = "runs"
-    """where metrics, trajectories and checkpoints go"""
+    """where metrics, trajectories and checkpoints go: a local folder, or a URI every node reaches
+    (file:///shared/runs, s3://bucket/runs, gs://...; storage.py) for a job spread over nodes"""
     wandb_project: NonEmptyStr | None = None
     """also log every metrics row to this Weights & Biases project (`pip install '.[wandb]'`, then
     `wandb login`, or WANDB_MODE=offline to write locally); a resumed run continues the same W&B run"""
@@ -398,8 +400,9 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
 
     @property
-    def run_dir(self) -> Path:
-        return Path(self.output_dir) / self.name
+    def run_dir(self) -> Path | str:
+        """output_dir / name: a local Path, or a URI (a str) when output_dir is one (storage.py)"""
+        return join(self.output_dir, self.name)
 
     @classmethod
     def from_dict(
@@ -503,13 +506,13 @@ def config_paths(cfg: RunConfig) -> list[ConfigPath]:
     >>> [(p.key, str(p.path), p.kind, p.suffix) for p in config_paths(cfg)][:3]
     [('output_dir', 'runs', 'output', ''), ('model.name', 'tiny-calculator', 'model', ''), ('reward.function', 'my/reward.py', 'input', ':score')]
     """
-    found = [ConfigPath("output_dir", Path(cfg.output_dir), "output"), ConfigPath("model.name", Path(cfg.model.name), "model")]
+    found = [ConfigPath(key, Path(value), kind) for key, value, kind in (("output_dir", cfg.output_dir, "output"), ("model.name", cfg.model.name, "model")) if not is_uri(value)]
     if cfg.tools.config is not None:
         found.append(ConfigPath("tools.config", Path(cfg.tools.config), "input"))
     module, _, function = cfg.reward.function.rpartition(":")
     if module.endswith(".py"):
         found.append(ConfigPath("reward.function", Path(module), "input", f":{function}"))
-    if cfg.reward.judge is not None:
+    if cfg.reward.judge is not None and not is_uri(cfg.reward.judge.model):
         found.append(ConfigPath("reward.judge.model", Path(cfg.reward.judge.model), "model"))
     for key in ("train", "eval"):
         source = getattr(cfg.data, key)

@@ -14,7 +14,8 @@
     ├── ScoringError: RewardError, JudgeError (RuntimeError), InvalidRewardValue, JudgeParseError,
     │                 RewardModelError (ValueError), RewardLoadError (ImportError)
     ├── TrainingError (RuntimeError): StepFailed, StaleSamples
-    └── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError
+    ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError
+    └── StorageError (OSError)
 
 One base per family (what failed), and each error keeps the built-in it had before (what kind of
 failure), so an `except ValueError` written against an earlier version catches what it caught. A
@@ -211,3 +212,8 @@ class ModelMismatch(ClusterError):
 
 class ShippingError(ClusterError):
     """Something the job needs cannot be shipped to the cluster; the message names it."""
+
+
+class StorageError(RLFactoryError, OSError):
+    """A run's storage (output_dir: a path or a URI, storage.py) cannot be reached, written or read;
+    the message names the location and what failed."""

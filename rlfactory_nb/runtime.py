@@ -11,6 +11,10 @@ A run's tools are the config's tools file plus, optionally, tools from the kerne
 Settings come in this order: the ToolSet defaults, then the tools file's `settings:`, then the run
 config's `tools.*` keys that are set (they default to None, so `max_result_chars: 1000` in a tools
 file holds in training unless the run config says otherwise).
+
+Where a job's rollouts run in more than one process, they can share one tool cache: a
+`shared_cache` tier (tools/cache.py's SharedCache; the job's Ray actor from cluster/tool_cache.py)
+behind each process's LRU, which then records the tools file's `cache_path` in their stead.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.config import ToolSetSettings, ToolsFile, load_tools_config
 from rlfactory_nb.tools.extra import ExtraTools, extra_tools
 from rlfactory_nb.tools.toolset import ToolSet
@@ -58,16 +63,22 @@ def run_tools(cfg: RunConfig, extra: ExtraTools | None = None, **settings: Any) 
     )
 
 
-def build_tools(cfg: RunConfig, extra: ExtraTools | None = None, **settings: Any) -> ToolSet | None:
+def build_tools(
+    cfg: RunConfig,
+    extra: ExtraTools | None = None,
+    *,
+    shared_cache: SharedCache | None = None,
+    **settings: Any,
+) -> ToolSet | None:
     """The run's ToolSet (not started: `await tools.start()`), or None when it has no tools;
-    `settings` as `run_tools` takes them.
+    `settings` as `run_tools` takes them, `shared_cache` as the ToolSet does.
 
     >>> cfg = RunConfig(name="x")
     >>> build_tools(cfg) is None
     True
     """
     spec = run_tools(cfg, extra, **settings)
-    return None if spec is None else ToolSet.from_config(spec)
+    return None if spec is None else ToolSet.from_config(spec, shared_cache=shared_cache)
 
 
 class Runtime:
@@ -102,15 +113,18 @@ class Runtime:
         *,
         engine: Engine | None = None,
         reward: RewardRunner | None = None,
+        shared_cache: SharedCache | None = None,
     ) -> Runtime:
         """The runtime `cfg` describes. `objects`: the kernel's reward, tools and rows, used instead of
         what `cfg` names (data/objects.py); `policy`: the Policy (the Agent's tokenizer, and its engine
         unless `engine` is given) or an engine that carries its tokenizer (`cluster.engine(...)`);
-        `reward`: a runner to use as it is. The tools file is read here, so a wrong one fails now."""
+        `reward`: a runner to use as it is; `shared_cache`: the tool cache tier the job's processes
+        share (module docstring). The tools file is read here, so a wrong one fails now."""
         objects = objects or RunObjects()
         if isinstance(policy, Engine):
             policy, engine = None, engine or policy
-        return cls(cfg, build_tools(cfg, objects.tools), objects, policy, engine, reward)
+        tools = build_tools(cfg, objects.tools, shared_cache=shared_cache)
+        return cls(cfg, tools, objects, policy, engine, reward)
 
     def use(self, engine: Engine, policy: Policy | None = None) -> Runtime:
         """Roll out on `engine` from now on, with `policy` when given (the trainer has its engine only

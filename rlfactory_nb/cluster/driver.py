@@ -22,7 +22,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
@@ -31,6 +30,7 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.errors import ModelMismatch
 from rlfactory_nb.models.files import ModelDigest, local_model_digest, node_name
+from rlfactory_nb.train.run_storage import RunUpload, staging_folder
 
 if TYPE_CHECKING:  # annotations only: the driver's module loads before torch is needed
     import torch
@@ -58,7 +58,18 @@ class TrainingDriver:
         `expected_model`: the kernel's digest of `model.name` (models/files.py), checked before step 1."""
         self.cfg = unstage(RunConfig.from_dict(config), staged or {})
         self.expected_model = ModelDigest.from_dict(expected_model) if expected_model else None
-        self.folder = RunFolder(Path(self.cfg.run_dir))
+        self.folder = RunFolder(self.cfg.run_dir)
+        """the run's record, where the kernel reads it: job.json is written there directly"""
+        self.local, self.upload = self.folder, None
+        """where the trainer writes: the run folder itself, or for a run on storage (a URI) a folder
+        on this node whose files `upload` copies there after each step (train/run_storage.py)"""
+        if self.folder.remote:
+            self.local = RunFolder(staging_folder(self.cfg.name) / self.cfg.name)
+            self.upload = RunUpload(self.local.path, self.folder.store, keep_last=self.cfg.grpo.keep_last)
+            if resume:  # the log goes on where the last driver left it
+                self.local.path.mkdir(parents=True, exist_ok=True)
+                (self.local.path / LOG_FILE).write_bytes(self.folder.store.read_bytes(LOG_FILE) or b"")
+        self._uploading: asyncio.Task | None = None
         self.objects = objects
         self.resume = resume
         self.linger_s = linger_s
@@ -80,8 +91,8 @@ class TrainingDriver:
         ray.get_runtime_context().current_actor.start.remote()
 
     def _capture_output(self) -> None:
-        self.folder.path.mkdir(parents=True, exist_ok=True)
-        log = open(self.folder.path / LOG_FILE, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives with the actor)
+        self.local.path.mkdir(parents=True, exist_ok=True)
+        log = open(self.local.path / LOG_FILE, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives with the actor)
         sys.stdout = sys.stderr = log
         handler = logging.StreamHandler(log)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -99,13 +110,29 @@ class TrainingDriver:
         torch.set_num_threads(max(1, self.num_threads))
         steps = self.cfg.grpo.steps
         self.folder.write_status(
-            state="starting", step=0, steps=steps, pid=os.getpid(), error=None,
-            run_dir=str(self.folder.path), model=self.cfg.model.name,
+            state="starting",
+            step=0,
+            steps=steps,
+            pid=os.getpid(),
+            error=None,
+            run_dir=str(self.folder.path),
+            model=self.cfg.model.name,
         )
         objects = RunObjects.loads(self.objects) if self.objects is not None else None
-        trainer = self._trainer = Trainer(self.cfg, objects=objects)
+        trainer = self._trainer = Trainer(self.cfg, objects=objects, run_dir=self.local.path)
         try:
             self._check_model()
+            if self.upload is not None:
+                print(
+                    f"driver: run stored at {self.folder.path}; training in {self.local.path} on node {node_name()}",
+                    flush=True,
+                )
+                if self.resume:
+                    step = await asyncio.to_thread(self.upload.pull)
+                    print(
+                        f"driver: resuming from {f'checkpoint step {step}' if step else 'no checkpoint'} of {self.folder.path}",
+                        flush=True,
+                    )
             await trainer.start(resume=self.resume)
             trainer.backend = GuardedBackend(trainer.backend)
             self._weights_ready.set()
@@ -125,14 +152,40 @@ class TrainingDriver:
             self._weights_ready.set()
             await trainer.close()
             print(f"driver: {self.folder.status()['state']} at step {trainer.step}", flush=True)
+            await self._upload_last()
         await self._linger()
+
+    def _upload_soon(self) -> None:
+        """Start copying the step's files to the run's storage, unless a copy is still under way (the
+        next step's, or the last, catches up); training does not wait for it."""
+        if self.upload is None or (self._uploading is not None and not self._uploading.done()):
+            return
+        self._uploading = asyncio.get_running_loop().create_task(asyncio.to_thread(self.upload.push))
+        self._uploading.add_done_callback(_report_upload)
+
+    async def _upload_last(self) -> None:
+        """Everything to storage once the run ended; a failure marks the run failed, naming it."""
+        if self.upload is None:
+            return
+        if self._uploading is not None:
+            await asyncio.gather(self._uploading, return_exceptions=True)
+        try:
+            await asyncio.to_thread(self.upload.push)
+            print(f"driver: run folder copied to {self.folder.path}", flush=True)
+        except Exception as error:  # noqa: BLE001  (recorded: the files stay in the local folder)
+            text = f"could not copy the run to {self.folder.path}: {type(error).__name__}: {error}; the files are in {self.local.path} on node {node_name()}"
+            print(f"driver: {text}", flush=True)
+            self.folder.write_status(state="failed", error=text)
 
     def _check_model(self) -> None:
         """Record the digest of the model this node resolves `model.name` to; a model other than the
         kernel's (other weights or another tokenizer) fails the job here, before step 1."""
         digest = local_model_digest(self.cfg.model.name)  # never builds a preset here
         self.folder.write_status(model_digest=digest.to_dict() if digest else None)
-        print(f"driver: model {self.cfg.model.name} on node {node_name()}: {digest or 'a hub id, not cached'}", flush=True)
+        print(
+            f"driver: model {self.cfg.model.name} on node {node_name()}: {digest or 'a hub id, not cached'}",
+            flush=True,
+        )
         if digest is None or self.expected_model is None:
             return
         halves = digest.differs_from(self.expected_model)
@@ -150,6 +203,7 @@ class TrainingDriver:
 
     def _on_step(self, row: dict[str, Any]) -> None:
         self.folder.write_status(step=int(row["step"]), reward=row.get("reward/mean"))
+        self._upload_soon()
 
     async def _linger(self) -> None:
         """Stay answerable for a while after the end, then free the CPUs the actor holds."""
@@ -170,15 +224,16 @@ class TrainingDriver:
             self.folder.write_status(state="stopping")
 
     async def metrics(self) -> list[dict[str, Any]]:
-        return self.folder.metrics()
+        return self.local.metrics()
 
     async def trajectory_records(self, k: int) -> list[dict[str, Any]]:
-        return self.folder.trajectory_records(k)
+        return self.local.trajectory_records(k)
 
     async def logs(self, tail_chars: int) -> str:
-        return self.folder.logs(tail_chars)
+        return self.local.logs(tail_chars)
 
     async def checkpoints(self) -> list[str]:
+        """Those the kernel can open: the run folder's (on storage: the ones uploaded, by URI)."""
         return [str(path) for path in self.folder.checkpoints()]
 
     async def run_config(self) -> dict[str, Any]:
@@ -215,6 +270,14 @@ class TrainingDriver:
             "engine_args": start.options,
             "copy_s": copy_s,
         }
+
+
+def _report_upload(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        print(
+            f"driver: copying to the run's storage failed ({task.exception()}); retried after the next step",
+            flush=True,
+        )
 
 
 class GuardedBackend:

@@ -11,9 +11,10 @@ handle: every property is read when asked, from the actor while it lives and fro
 
 from __future__ import annotations
 
-import shutil
+import contextlib
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,14 +27,15 @@ from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
 from rlfactory_nb.cluster.shipment import shipment_summary
 from rlfactory_nb.cluster.shipping import runtime_env, upload
-from rlfactory_nb.config import RunConfig
-from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.config import RunConfig, load_yaml
+from rlfactory_nb.data.objects import CODE_DIR, RunObjects
 from rlfactory_nb.data.rows import Row
 from rlfactory_nb.errors import JobExistsError, JobFailed
-from rlfactory_nb.models.checkpoint import RUN_CONFIG
+from rlfactory_nb.models.checkpoint import RUN_CONFIG, parse_step
 from rlfactory_nb.models.files import local_model_digest, model_folder
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.types import Message, Trajectory
 
@@ -86,29 +88,68 @@ def launch(
     cluster = cluster or Cluster.connect(cfg.cluster.address)
     env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     folder = RunFolder(cfg.run_dir)
+    if folder.remote:
+        folder.store.probe()  # unreachable, read-only or no credentials: said here, not at step 1's checkpoint
     _retire_previous(cfg.name, folder)
     _prepare_folder(folder, resume, replace)
     if payload is not None:
-        objects.save(folder.path, payload, cfg)
+        if not folder.remote:  # on storage the driver writes them, with the rest of the run
+            objects.save(folder.path, payload, cfg)
     elif resume:
-        kept = RunObjects.resumed(folder.path, cfg, trust_run_objects)
+        with run_objects_folder(folder) as run_dir:
+            kept = RunObjects.resumed(run_dir, cfg, trust_run_objects)
         payload = None if kept.empty else kept.dumps()
-    folder.write_status(state="pending", step=0, steps=cfg.grpo.steps, error=None, run_dir=str(folder.path), model=cfg.model.name)
+    folder.write_status(
+        state="pending",
+        step=0,
+        steps=cfg.grpo.steps,
+        error=None,
+        run_dir=str(folder.path),
+        model=cfg.model.name,
+    )
     cpus = num_cpus if num_cpus is not None else cfg.cluster.cpus_per_worker
     with quiet_ray_logs():  # Ray's "Creating a file package ... Pushing ..." lines, shown only if it fails
         uploaded = upload(env)
     actor = (
         ray.remote(TrainingDriver)
         .options(
-            name=JOB_PREFIX + cfg.name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, max_restarts=0,
+            name=JOB_PREFIX + cfg.name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=cpus,
+            max_restarts=0,
             runtime_env=uploaded,
+            resources=dict(cfg.cluster.driver_resources) or None,
         )
         .remote(
-            driver_cfg.to_dict(), resume, max(1, int(cpus)), linger_s, payload, staged,
+            driver_cfg.to_dict(),
+            resume,
+            max(1, int(cpus)),
+            linger_s,
+            payload,
+            staged,
             expected.to_dict() if expected is not None else None,
         )
     )
     return TrainingJob(cfg.name, folder.path, actor, cluster, shipped=shipment_summary(env, staged))
+
+
+def _location(text: str | Path) -> str | Path:
+    """A run folder or checkpoint named by the driver: a URI stays a str, a path becomes a Path."""
+    return text if is_uri(text) else Path(text)
+
+
+@contextlib.contextmanager
+def run_objects_folder(folder: RunFolder) -> Iterator[Path]:
+    """A local folder holding the run's code/ (the kernel's objects): the run folder itself, or a
+    temporary copy of it for a run on storage."""
+    if not folder.remote:
+        yield Path(folder.path)
+        return
+    with tempfile.TemporaryDirectory(prefix="rlfactory-nb-objects-") as temporary:
+        if folder.store.isdir(CODE_DIR):
+            folder.store.get_folder(CODE_DIR, Path(temporary) / CODE_DIR)
+        yield Path(temporary)
 
 
 def _retire_previous(name: str, folder: RunFolder) -> None:
@@ -134,8 +175,8 @@ def _retire_previous(name: str, folder: RunFolder) -> None:
 
 
 def _prepare_folder(folder: RunFolder, resume: bool, replace: bool) -> None:
-    if replace and folder.path.exists():
-        shutil.rmtree(folder.path)
+    if replace and folder.exists():
+        folder.store.remove("")
     if not resume and (folder.metrics() or folder.checkpoints()):
         raise FileExistsError(
             f"{folder.path} already holds a run: launch(..., resume=True) to continue it, replace=True to start "
@@ -147,29 +188,37 @@ class TrainingJob:
     """A handle on one run; see the module docstring."""
 
     def __init__(
-        self, name: str, run_dir: str | Path, actor: Any = None, cluster: Cluster | None = None, shipped: str | None = None
+        self,
+        name: str,
+        run_dir: str | Path,
+        actor: Any = None,
+        cluster: Cluster | None = None,
+        shipped: str | None = None,
     ):
         self.name = name
-        self.folder = RunFolder(Path(run_dir))
+        self.folder = RunFolder(run_dir)
         self.cluster = cluster
         self._actor = actor
         self.shipped = shipped
         """what `launch` shipped, in one line (cluster/shipment.py); None for an attached job"""
 
     @classmethod
-    def attach(cls, name: str, cluster: Cluster | None = None, output_dir: str | Path = "runs") -> TrainingJob:
-        """The job `name`: its live driver when `cluster` has one, else the run folder on disk."""
-        run_dir = Path(output_dir).resolve() / name
+    def attach(
+        cls, name: str, cluster: Cluster | None = None, output_dir: str | Path = "runs"
+    ) -> TrainingJob:
+        """The job `name`: its live driver when `cluster` has one, else the run folder (`output_dir`:
+        a local folder or a storage URI)."""
+        run_dir = join(output_dir if is_uri(output_dir) else Path(output_dir).resolve(), name)
         actor = None
         if cluster is not None:
             import ray
 
             try:
                 actor = ray.get_actor(JOB_PREFIX + name, namespace=NAMESPACE)
-                run_dir = Path(ray.get(actor.status.remote(), timeout=30).get("run_dir") or run_dir)
+                run_dir = _location(ray.get(actor.status.remote(), timeout=30).get("run_dir") or run_dir)
             except ValueError:
                 actor = None
-        if actor is None and not run_dir.exists():
+        if actor is None and not RunFolder(run_dir).exists():
             raise FileNotFoundError(
                 f"no job named {name!r}: no driver on the cluster and no run folder {run_dir} "
                 "(pass output_dir= if the run was written elsewhere)"
@@ -179,7 +228,8 @@ class TrainingJob:
     # ------------------------------------------------------------------ reading
 
     @property
-    def run_dir(self) -> Path:
+    def run_dir(self) -> Path | str:
+        """The run folder: a local Path, or a URI (str) for a run on storage."""
         return self.folder.path
 
     def info(self) -> dict[str, Any]:
@@ -218,10 +268,11 @@ class TrainingJob:
         return live if live is not None else self.folder.logs(tail_chars)
 
     @property
-    def checkpoints(self) -> list[Path]:
-        """Complete checkpoints, oldest first (each a Hugging Face folder: `rf.evaluate` takes one)."""
+    def checkpoints(self) -> list[Path | str]:
+        """Complete checkpoints, oldest first: Hugging Face folders, or their URIs for a run on storage
+        (`rf.evaluate`, `rf.Policy.load` and `cluster.engine` take either; a URI is fetched once)."""
         live = self._ask("checkpoints")
-        return [Path(p) for p in live] if live is not None else self.folder.checkpoints()
+        return [_location(p) for p in live] if live is not None else self.folder.checkpoints()
 
     def tokenizer(self) -> Any:
         """The run's tokenizer, to decode token strips of its trajectories."""
@@ -229,7 +280,7 @@ class TrainingJob:
 
         checkpoints = self.checkpoints
         if checkpoints:
-            return AutoTokenizer.from_pretrained(str(checkpoints[-1]), trust_remote_code=False)
+            return AutoTokenizer.from_pretrained(str(model_folder(checkpoints[-1])), trust_remote_code=False)
         model = self.folder.status().get("model") or "tiny-calculator"
         return AutoTokenizer.from_pretrained(str(model_folder(model)), trust_remote_code=False)
 
@@ -283,8 +334,12 @@ class TrainingJob:
             kind = kind or snapshot["kind"]
             engine_args = snapshot["engine_args"] if kind == snapshot["kind"] else {}
             return start_engine(
-                snapshot["source"], kind, num_gpus=num_gpus, weights=snapshot["weights"][0],
-                version=snapshot["version"], label=f"{self.name}-step{snapshot['version']}",
+                snapshot["source"],
+                kind,
+                num_gpus=num_gpus,
+                weights=snapshot["weights"][0],
+                version=snapshot["version"],
+                label=f"{self.name}-step{snapshot['version']}",
                 **{**engine_args, **options},
             )
         checkpoints = self.checkpoints
@@ -294,18 +349,29 @@ class TrainingJob:
                 "(grpo.checkpoint_every and the final step write checkpoints)"
             )
         latest = checkpoints[-1]
-        step = int(latest.name.removeprefix("step_"))
-        return start_engine(str(latest), kind or "hf", num_gpus=num_gpus, version=step, label=f"{self.name}-step{step}", **options)
+        step = parse_step(str(latest).rstrip("/").rsplit("/", 1)[-1]) or 0
+        return start_engine(
+            str(latest),
+            kind or "hf",
+            num_gpus=num_gpus,
+            version=step,
+            label=f"{self.name}-step{step}",
+            **options,
+        )
 
     def stepper(
-        self, prompt: str | Sequence[Message] | Row | None = None, trust_run_objects: bool = False, **options: Any
+        self,
+        prompt: str | Sequence[Message] | Row | None = None,
+        trust_run_objects: bool = False,
+        **options: Any,
     ) -> Any:
         """A RolloutStepper on `job.engine(**options)`, with the run's tools, parser and limits;
         `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
         shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
         objects even without this user's signature (data/objects.py)."""
         cfg = self.config()
-        objects = RunObjects.load(self.run_dir, trust_run_objects)
+        with run_objects_folder(self.folder) as run_dir:
+            objects = RunObjects.load(run_dir, trust_run_objects)
         return Runtime.from_config(cfg, objects, engine=self.engine(**options)).start_sync().stepper(prompt)
 
     def config(self) -> RunConfig:
@@ -314,9 +380,12 @@ class TrainingJob:
         if live is not None:
             return RunConfig.from_dict(live)
         checkpoints = self.checkpoints
-        if not checkpoints or not (checkpoints[-1] / RUN_CONFIG).is_file():
-            raise FileNotFoundError(f"job {self.name!r}: no live driver and no checkpoint with {RUN_CONFIG} to read its config from")
-        return RunConfig.from_yaml(checkpoints[-1] / RUN_CONFIG)
+        text = Storage.at(checkpoints[-1]).read_text(RUN_CONFIG) if checkpoints else None
+        if text is None:
+            raise FileNotFoundError(
+                f"job {self.name!r}: no live driver and no checkpoint with {RUN_CONFIG} to read its config from"
+            )
+        return RunConfig.from_dict(load_yaml(text, f"{checkpoints[-1]}/{RUN_CONFIG}") or {})
 
     def _snapshot(self) -> dict[str, Any] | None:
         """The driver's copy of the current weights, or None when the run has ended meanwhile."""

@@ -23,6 +23,7 @@ draws exactly the prompts the interrupted one would have.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -30,7 +31,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rlfactory_nb.errors import DatasetError
 from rlfactory_nb.models.presets import calculator
@@ -145,10 +146,10 @@ def parse_json(text: bytes | str, where: str) -> Any:
         raise DatasetError(f"{where}: unreadable JSON value ({error})") from None
 
 
-def bounded_lines(path: Path, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None]]:
-    """(line number, bytes) for each line of `path`, read lazily; None for a line longer than
-    `max_bytes` (which is skipped without being held in memory)."""
-    with path.open("rb") as file:
+def bounded_lines(path: Path | BinaryIO, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) for each line of `path` (or of an open binary file), read lazily; None
+    for a line longer than `max_bytes` (which is skipped without being held in memory)."""
+    with path.open("rb") if isinstance(path, Path) else contextlib.nullcontext(path) as file:
         for number in itertools.count(1):
             line = file.readline(max_bytes + 1)
             if not line:

@@ -155,6 +155,16 @@ def step_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
+def parse_step(name: str) -> int | None:
+    """The step a checkpoint folder's name holds, or None for any other name.
+
+    >>> parse_step("step_000012"), parse_step(".tmp-step_000012-99"), parse_step("latest")
+    (12, None, None)
+    """
+    match = _STEP_DIR.match(name)
+    return int(match.group(1)) if match else None
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rlfactory_nb.models.node import NO_PRESET_BUILD, ModelFilesError, node_name
+from rlfactory_nb.storage import is_uri, local_copy
 
 __all__ = [
     "NO_PRESET_BUILD", "ModelDigest", "ModelFilesError", "local_model_digest", "model_digest", "model_folder", "node_name",
@@ -63,6 +64,8 @@ def model_folder(name: str | Path, log: Callable[[str], None] = print) -> Path |
     text = str(name)
     if text in presets.PRESETS:
         return presets.preset_path(text, log=log)
+    if is_uri(text):  # a checkpoint or model on storage (a run's output_dir): fetched once per node
+        return _checked_folder(local_copy(text, log=log))
     path = Path(text).expanduser()
     if path.exists() or path.is_absolute() or text.startswith((".", "~")):
         return _checked_folder(path)

@@ -50,6 +50,7 @@ from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
@@ -93,11 +94,14 @@ class Trainer:
         reward: RewardRunner | None = None,
         objects: RunObjects | None = None,
         trust_run_objects: bool = False,
+        shared_tool_cache: SharedCache | None = None,
     ):
         """`objects`: reward, tools and rows from the kernel (data/objects.py), used instead of what
         the config names; None on resume: those the run folder kept, if any (signed by this user
-        unless `trust_run_objects`; the config's reward and tools win when it names others)."""
+        unless `trust_run_objects`; the config's reward and tools win when it names others).
+        `shared_tool_cache`: a tool cache tier shared with the job's other processes (runtime.py)."""
         self.cfg = cfg
+        self.shared_tool_cache = shared_tool_cache
         self.policy = policy
         self.objects = objects or RunObjects()
         self.trust_run_objects = trust_run_objects
@@ -115,7 +119,9 @@ class Trainer:
         checkpoint = self._resume_point(resume)
         self._keep_objects(resume)
         # The tools file, reward and data first: a mistake must fail before the backend starts workers.
-        self.runtime = Runtime.from_config(cfg, self.objects, reward=self.reward)
+        self.runtime = Runtime.from_config(
+            cfg, self.objects, reward=self.reward, shared_cache=self.shared_tool_cache
+        )
         self.reward = self.runtime.reward
         self.train_rows = self.runtime.train_rows()
         self.eval_rows = self.runtime.eval_rows() if cfg.grpo.eval_every else []

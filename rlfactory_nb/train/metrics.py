@@ -39,6 +39,7 @@ a Markdown table as text. metrics.jsonl does not: the run's trajectories/ folder
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.data.rows import DatasetError, bounded_lines, parse_json
+from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.types import Sample, Trajectory
 
 METRICS_FILE = "metrics.jsonl"
@@ -329,11 +331,16 @@ class MetricsWriter:
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """Every row of a run's metrics.jsonl. A line that is not a JSON object is skipped, as a torn
     last line from a crash is: so is one that is not UTF-8, nested too deep, or past MAX_LINE_BYTES."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
+    if is_uri(run_dir):  # a run on storage (storage.py): read whole, it is one small file
+        data = Storage.at(run_dir).read_bytes(METRICS_FILE)
+        source, path = (io.BytesIO(data) if data is not None else None), join(run_dir, METRICS_FILE)
+    else:
+        path = Path(run_dir) / METRICS_FILE
+        source = path if path.exists() else None
+    if source is None:
         return []
     rows = []
-    for number, line in bounded_lines(path):
+    for number, line in bounded_lines(source):
         try:
             row = parse_json(line or b"", f"{path}:{number}")
         except DatasetError:
