@@ -31,6 +31,19 @@ async def test_tools_are_the_kernels_with_the_configs_settings():
     assert Runtime.from_config(RunConfig(name="x")).tools is None
 
 
+def test_a_shared_tool_cache_tier_reaches_the_tools_cache():
+    """The trainer and `job.stepper()` hand the job's tier (cluster/tool_cache.py) down to here."""
+    opened = []
+
+    class Tier:
+        def open(self, record_path):
+            opened.append(record_path)
+
+    tier = Tier()
+    runtime = Runtime.from_config(RunConfig(name="x"), RunObjects.of(tools=[shout]), shared_cache=tier)
+    assert runtime.tools.cache.shared is tier and opened == [None]
+
+
 def test_the_reward_runner_is_built_on_first_use():
     """A stepper never scores: a reward the kernel cannot import must not stop it."""
     cfg = RunConfig(name="x").replace({"reward.function": "no_such_module_here:f"})
