@@ -63,6 +63,7 @@ from rlfactory_nb.train.pipeline import (
     overlap_metrics,
     sample_staleness,
 )
+from rlfactory_nb.train.run_storage import after_upload, upload_for
 from rlfactory_nb.train.selection import draw_groups, without_truncated
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.versioned_engine import VersionedEngine
@@ -95,18 +96,21 @@ class Trainer:
         objects: RunObjects | None = None,
         trust_run_objects: bool = False,
         shared_tool_cache: SharedCache | None = None,
+        run_dir: Path | None = None,
     ):
         """`objects`: reward, tools and rows from the kernel (data/objects.py), used instead of what
         the config names; None on resume: those the run folder kept, if any (signed by this user
         unless `trust_run_objects`; the config's reward and tools win when it names others).
-        `shared_tool_cache`: a tool cache tier shared with the job's other processes (runtime.py)."""
+        `shared_tool_cache`: a tool cache tier shared with the job's other processes (runtime.py).
+        `run_dir`: the local folder to write the run in, when not `cfg.run_dir` (a run on storage is
+        trained in a local folder that the caller copies up: train/run_storage.py)."""
         self.cfg = cfg
         self.shared_tool_cache = shared_tool_cache
         self.policy = policy
         self.objects = objects or RunObjects()
         self.trust_run_objects = trust_run_objects
         self.reward = reward  # built in `start`, once the run folder's objects are known
-        self.run_dir = cfg.run_dir
+        self.run_dir = Path(run_dir if run_dir is not None else cfg.run_dir)
         self.step = 0
         self.runtime: Runtime | None = None
         self.backend: Any = None
@@ -407,12 +411,15 @@ async def train(
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
-    trainer = Trainer(cfg, policy, runner, objects, trust_run_objects)
+    upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up
+    trainer = Trainer(cfg, policy, runner, objects, trust_run_objects, run_dir=upload.local if upload else None)
     try:
         await trainer.start(resume=resume)
-        return await trainer.run(on_step, stop_event)
+        return await trainer.run(after_upload(on_step, upload), stop_event)
     finally:
         await trainer.close()
+        if upload is not None:
+            await asyncio.to_thread(upload.push)
 
 
 def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:
