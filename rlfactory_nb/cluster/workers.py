@@ -7,6 +7,10 @@
       |- EngineActor x num_engines    an hf or vLLM engine each; rollouts are spread over them
       '- the judge's EngineActor      with reward.judge: its own CPUs and GPUs, the rewards' engine
 
+Across nodes the workers go in one placement group packed onto as few nodes as fit, the engines in
+one spread over them (`rlfactory_nb.cluster.placement`); where each actor landed is printed when the
+backend starts and kept as `RayBackend.placement`.
+
 Weight sync, after each update (cluster.weight_sync):
     object_store  worker 0 puts its full state dict in the Ray object store once and every engine
                   reads it from there; the weights never pass through the controller. Works anywhere.
@@ -32,6 +36,7 @@ import torch
 
 from rlfactory_nb.cluster.engine_actor import EngineActor, actor_device, run_engine_start
 from rlfactory_nb.cluster.engines import ClusterEngine, start_engine
+from rlfactory_nb.cluster.placement import Placement, locate, reserve
 from rlfactory_nb.cluster.ray_cluster import join, start_local
 from rlfactory_nb.config import ClusterConfig, RunConfig
 from rlfactory_nb.engines import engine_traits, weight_sync
@@ -49,7 +54,6 @@ def init_ray(cluster: ClusterConfig, extra_cpus: float = 0.0) -> Any:
     """Connect to `cluster.address`, or start a local Ray sized for the workers and engines, listening
     on 127.0.0.1 only and never joining a stale cluster found through /tmp/ray files."""
     import ray
-
 
     if ray.is_initialized():
         return ray
@@ -174,7 +178,7 @@ class RayBackend:
         self.policy = policy
         self._ray = ray
         threads = max(1, int(cluster.cpus_per_worker))
-        placement = _placement(ray, cluster)
+        self.reservation = reserve(ray, cluster)  # placement groups: workers PACK, engines SPREAD
         worker_device = torch.device("cuda" if cluster.gpus_per_worker > 0 else "cpu")
         training = TrainingSetup.from_config(cfg, worker_device)
         state = cpu_state(policy.model)
@@ -182,7 +186,7 @@ class RayBackend:
         reference_weights = ray.put(cpu_state(reference)) if reference is not None else None
         self.workers = [
             ray.remote(PolicyWorker)
-            .options(**placement(rank))
+            .options(**self.reservation.worker_options(rank))
             .remote(rank, cluster.num_workers, cfg, threads)
             for rank in range(cluster.num_workers)
         ]
@@ -200,7 +204,7 @@ class RayBackend:
         compute = training.precision.compute
         engines = [
             ray.remote(EngineActor)
-            .options(**placement(index))
+            .options(**self.reservation.engine_options(index))
             .remote(run_engine_start(cfg, policy, compute, cfg.grpo.seed + index, version), engine_weights)
             for index in range(cluster.num_engines)
         ]
@@ -209,6 +213,9 @@ class RayBackend:
             cluster.weight_sync == "auto" and cluster.gpus_per_worker > 0
         )
         self._specs: list[TensorSpec] | None = None
+        self.placement: Placement = locate(ray, self.actors(), self.reservation.plans)
+        """where the trainer and each actor run, by the role `actors()` names it"""
+        print(self.placement, flush=True)  # a job's driver writes it to job.log
 
     async def update(self, batch: TrainBatch, step: int) -> dict[str, float]:
         if self.cluster.colocate:
@@ -278,6 +285,7 @@ class RayBackend:
         await asyncio.gather(*(worker.close.remote() for worker in self.workers), return_exceptions=True)
         for worker in self.workers:
             self._ray.kill(worker)
+        self.reservation.remove()
 
 
 def start_judge(cfg: RunConfig) -> ClusterEngine | None:
@@ -313,30 +321,3 @@ def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
         else:
             merged[key] = sum(values) / len(values)
     return merged
-
-
-def _placement(ray: Any, cluster: ClusterConfig) -> Any:
-    """Ray actor options for worker i and engine i. Colocated on GPUs, each pair gets a bundle of one
-    whole GPU (Ray alone would pack fractional GPUs first-fit: two workers on one GPU, which NCCL
-    refuses); otherwise every actor just reserves its CPUs and GPUs."""
-    resources = {"num_cpus": cluster.cpus_per_worker, "num_gpus": cluster.gpus_per_worker}
-    if not (cluster.colocate and cluster.gpus_per_worker > 0):
-        return lambda index: resources
-    if cluster.num_workers != cluster.num_engines or cluster.gpus_per_worker > 0.5:
-        raise ValueError(
-            "cluster.colocate on GPUs pairs each policy worker with an engine on one GPU: set "
-            f"cluster.num_workers ({cluster.num_workers}) equal to cluster.num_engines "
-            f"({cluster.num_engines}) and cluster.gpus_per_worker <= 0.5 (or just cluster.num_gpus)"
-        )
-    from ray.util.placement_group import placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    bundles = [{"GPU": 1, "CPU": 2 * cluster.cpus_per_worker}] * cluster.num_workers
-    group = placement_group(bundles, strategy="PACK")
-    ray.get(group.ready())
-
-    def in_bundle(index: int) -> dict[str, Any]:
-        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
-        return {**resources, "scheduling_strategy": strategy}
-
-    return in_bundle
