@@ -25,6 +25,7 @@ from typing import Any
 
 from rlfactory_nb._views import view_of
 from rlfactory_nb.cluster.names import NAMESPACE
+from rlfactory_nb.cluster.placement import Placement
 from rlfactory_nb.cluster.quiet import quiet_ray_logs
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,22 @@ class Cluster:
             for entry in names
             if entry.get("namespace") == NAMESPACE and entry["name"].startswith(JOB_PREFIX)
         )
+
+    def placements(self, timeout_s: float = 5.0) -> dict[str, Placement | None]:
+        """Where each running job's trainer and actors run (`Placement`, cluster/placement.py), by job
+        name, as its driver's status record says; None for a job that has not placed them yet, did
+        not answer within `timeout_s`, or does not record them."""
+        import ray
+
+        placements: dict[str, Placement | None] = {}
+        for name in self.jobs():
+            status: Any = None
+            with contextlib.suppress(Exception):  # a driver gone or busy: no placement to show
+                driver = ray.get_actor(JOB_PREFIX + name, namespace=NAMESPACE)
+                status = ray.get(driver.status.remote(), timeout=timeout_s)
+            record = status.get("placement") if isinstance(status, dict) else None
+            placements[name] = Placement.from_dict(record)
+        return placements
 
     def engine(self, model: Any, kind: str = "hf", num_gpus: float = 0, **options: Any) -> Any:
         """A rollout engine on the cluster (a `ClusterEngine`: cluster/engines.py) serving `model`: a
