@@ -40,6 +40,9 @@ async def test_data_parallel_workers_update_like_one_process_and_the_engine_foll
     trainer = await Trainer(cfg).start()
     try:
         initial = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+        placement = trainer.backend.placement  # where each actor runs (cluster/placement.py)
+        roles = ["trainer", "policy worker 0 of 2", "policy worker 1 of 2", "engine actor 0"]
+        assert [place.role for place in placement.actors] == roles and len(placement.by_node()) == 1
         rows = [await trainer.step_once() for _ in range(2)]
         assert sum(row.get("train/optimizer_steps", 0) for row in rows) > 0
         first, second = await trainer.backend.worker_states()
