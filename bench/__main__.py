@@ -27,6 +27,7 @@ ORDER = (
     "warmstart_prefix",
     "rollout_overlap",
     "tool_calls",
+    "tool_cache",
     "tool_parsers",
     "engines",
     "grpo_step",

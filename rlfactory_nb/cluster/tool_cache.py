@@ -14,7 +14,8 @@ Put `cache_path` inside the run folder (`runs/<name>/tool_cache.sqlite`) so the 
 the run's other files. A relative path is made absolute in the process that first opens the tier.
 
 What it costs: one actor round trip per local miss (lookups arriving in the same event-loop turn go
-in one batch), and a put sent without waiting. What it never does is fail a rollout: an actor that
+in one batch), and a put sent without waiting. While the actor starts (seconds), lookups are misses
+rather than waits. What it never does is fail a rollout: an actor that
 died or stops answering is logged once, and the process goes on with its own LRU.
 
 Lifetime: the actor belongs to the process that created it (the training driver, normally first),
@@ -24,6 +25,7 @@ takes no CPU (`num_cpus=0`), and is placed on that process's node when it can be
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,9 +40,8 @@ TOOL_CACHE_PREFIX = "rlfactory-nb-tool-cache:"
 """the job's cache actor is called TOOL_CACHE_PREFIX + run name; not a prefix of JOB_PREFIX's names"""
 MAX_ENTRIES = 65536
 """results the actor keeps in memory (the sqlite record keeps all of them)"""
-TIMEOUT_S = 60.0
-"""how long a lookup waits for the actor (its first includes the actor's start) before the process
-gives up on the shared tier"""
+TIMEOUT_S = 30.0
+"""how long a lookup waits for the started actor before the process gives up on the shared tier"""
 
 
 class ToolCacheActor:
@@ -72,6 +73,8 @@ class SharedToolCache:
         self.max_entries = max_entries
         self.timeout_s = timeout_s
         self.actor: Any = None
+        self._started: concurrent.futures.Future | None = None
+        """the actor's first answer: until it comes, lookups are misses rather than waits"""
         self.failure: str | None = None
         """why this process stopped using the actor (None while it does)"""
         self._batches: dict[asyncio.AbstractEventLoop, dict[str, asyncio.Future[Recorded | None]]] = {}
@@ -98,10 +101,26 @@ class SharedToolCache:
             )
             .remote(self.max_entries, path)
         )
+        self._started = self.actor.stats.remote().future()
+
+    async def wait_started(self) -> bool:
+        """Wait (at most `timeout_s`) until the actor has answered once, so lookups reach it; False
+        when it never will (not opened, or unreachable)."""
+        if self._started is None or self.failure is not None:
+            return False
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(self._started)), self.timeout_s)
+        except Exception as error:  # noqa: BLE001 - the tier never fails a rollout
+            self._give_up(error)
+        return self.failure is None
 
     async def get(self, key: str) -> Recorded | None:
-        """The actor's outcome for `key`; lookups made in the same event-loop turn share one call."""
-        if self.failure is not None or self.actor is None:
+        """The actor's outcome for `key`; lookups made in the same event-loop turn share one call.
+        None at once while the actor is starting (seconds: a rollout does not wait for it)."""
+        if self.failure is not None or self._started is None or not self._started.done():
+            return None
+        if (error := self._started.exception()) is not None:
+            self._give_up(error)
             return None
         loop = asyncio.get_running_loop()
         batch = self._batches.get(loop)

@@ -25,9 +25,11 @@ def rollout_process_class() -> type:
                 self.runs.append(word)
                 return word.upper()
 
-            self.tools = ToolSet.from_functions(
-                lookup, cache_path=record_path, shared_cache=SharedToolCache(run_name)
-            )
+            self.shared = SharedToolCache(run_name)
+            self.tools = ToolSet.from_functions(lookup, cache_path=record_path, shared_cache=self.shared)
+
+        async def ready(self) -> bool:
+            return await self.shared.wait_started()
 
         async def call(self, word: str) -> tuple[str, bool]:
             result = await self.tools.call("lookup", {"word": word})
@@ -58,6 +60,7 @@ def test_two_rollout_processes_answer_each_other_from_one_actor(cluster, tmp_pat
     process = ray.remote(rollout_process_class()).options(num_cpus=0)
     first, second = process.remote(run_name, str(record)), process.remote(run_name, str(record))
     try:
+        assert ray.get([first.ready.remote(), second.ready.remote()]) == [True, True]
         assert ray.get(first.call.remote("qwen")) == ("QWEN", False)
         stats = wait_for_entries(run_name, 1)
         assert ray.get(second.call.remote("qwen")) == ("QWEN", True)
@@ -87,6 +90,7 @@ async def test_a_killed_cache_actor_leaves_the_process_its_own_cache(cluster, ca
 
     shared = SharedToolCache(run_name, timeout_s=30.0)
     async with ToolSet.from_functions(lookup, shared_cache=shared) as tools:
+        assert await shared.wait_started()
         await tools.call("lookup", {"word": "a"})
         assert await tools.call("lookup", {"word": "b"}) is not None and shared.failure is None
         ray.kill(cache_actor(run_name))
