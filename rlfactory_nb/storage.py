@@ -214,7 +214,9 @@ class Storage:
     def remove(self, relative: str) -> None:
         """Delete the file or folder `relative` (nothing when it is not there)."""
         path = self._path(relative)
-        if self.fs.exists(path):
+        if self.local:  # not fsspec's rm: it reads the working directory, which a Ray worker may have lost
+            shutil.rmtree(path, ignore_errors=True) if Path(path).is_dir() else Path(path).unlink(missing_ok=True)
+        elif self.fs.exists(path):
             self.fs.rm(path, recursive=True)
 
     def probe(self) -> None:

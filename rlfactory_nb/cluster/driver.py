@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
 from rlfactory_nb.cluster.shipping import unstage
+from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.errors import ModelMismatch
@@ -117,9 +118,13 @@ class TrainingDriver:
             error=None,
             run_dir=str(self.folder.path),
             model=self.cfg.model.name,
+            node=node_name(),
+            working_dir=os.getcwd(),
         )
         objects = RunObjects.loads(self.objects) if self.objects is not None else None
-        trainer = self._trainer = Trainer(self.cfg, objects=objects, run_dir=self.local.path)
+        trainer = self._trainer = Trainer(
+            self.cfg, objects=objects, run_dir=self.local.path, shared_tool_cache=SharedToolCache(self.cfg.name)
+        )
         try:
             self._check_model()
             if self.upload is not None:
@@ -136,7 +141,10 @@ class TrainingDriver:
             await trainer.start(resume=self.resume)
             trainer.backend = GuardedBackend(trainer.backend)
             self._weights_ready.set()
-            self.folder.write_status(state="running", step=trainer.step)
+            placement = trainer.backend.placement
+            self.folder.write_status(
+                state="running", step=trainer.step, placement=placement.to_dict() if placement is not None else None
+            )
             result = await trainer.run(on_step=self._on_step, stop_event=self._stop)
             if self._stop.is_set() and result.step < steps:
                 await self._checkpoint_stopped(trainer)
@@ -173,6 +181,7 @@ class TrainingDriver:
             await asyncio.to_thread(self.upload.push)
             print(f"driver: run folder copied to {self.folder.path}", flush=True)
         except Exception as error:  # noqa: BLE001  (recorded: the files stay in the local folder)
+            traceback.print_exc()
             text = f"could not copy the run to {self.folder.path}: {type(error).__name__}: {error}; the files are in {self.local.path} on node {node_name()}"
             print(f"driver: {text}", flush=True)
             self.folder.write_status(state="failed", error=text)
@@ -274,6 +283,7 @@ class TrainingDriver:
 
 def _report_upload(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
+        traceback.print_exception(task.exception())
         print(
             f"driver: copying to the run's storage failed ({task.exception()}); retried after the next step",
             flush=True,
@@ -288,6 +298,8 @@ class GuardedBackend:
     def __init__(self, backend: Backend):
         self._backend = backend
         self.policy = backend.policy
+        self.placement = getattr(backend, "placement", None)
+        """where the backend's actors run (cluster/placement.py); None for the local backend"""
         self.judge = backend.judge
         self.lock = asyncio.Lock()
         self.version = 0

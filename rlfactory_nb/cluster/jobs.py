@@ -27,6 +27,7 @@ from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
 from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
 from rlfactory_nb.cluster.shipment import shipment_summary
 from rlfactory_nb.cluster.shipping import runtime_env, upload
+from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig, load_yaml
 from rlfactory_nb.data.objects import CODE_DIR, RunObjects
 from rlfactory_nb.data.rows import Row
@@ -372,7 +373,9 @@ class TrainingJob:
         cfg = self.config()
         with run_objects_folder(self.folder) as run_dir:
             objects = RunObjects.load(run_dir, trust_run_objects)
-        return Runtime.from_config(cfg, objects, engine=self.engine(**options)).start_sync().stepper(prompt)
+        shared = SharedToolCache(cfg.name) if not self.done else None  # a live job's tool cache, joined
+        runtime = Runtime.from_config(cfg, objects, engine=self.engine(**options), shared_cache=shared)
+        return runtime.start_sync().stepper(prompt)
 
     def config(self) -> RunConfig:
         """The run's config: the driver's while it lives, else the one saved with the last checkpoint."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,14 +29,25 @@ def is_actor_death(error: BaseException) -> bool:
     return _actor_error(error) is not None
 
 
-def describe_failure(error: BaseException, actors: Mapping[str, Any]) -> str:
-    """`error` in one paragraph; when it is a Ray actor death, which of `actors` died and why."""
+def backend_node_of(backend: Backend) -> Callable[[str], str | None]:
+    """The node an actor role runs on, from the backend's placement record (cluster/placement.py),
+    for backends that keep one; else a function that knows none."""
+    placement = getattr(backend, "placement", None)
+    return placement.node_of if placement is not None else lambda role: None
+
+
+def describe_failure(
+    error: BaseException, actors: Mapping[str, Any], node_of: Callable[[str], str | None] = lambda role: None
+) -> str:
+    """`error` in one paragraph; when it is a Ray actor death, which of `actors` died, on which node
+    (`node_of(role)`), and why."""
     dead = _actor_error(error)
     if dead is None:
         return f"{type(error).__name__}: {error}"
     text = str(dead)
     role = next((name for name, handle in actors.items() if _actor_id(handle) == dead.actor_id), None)
-    who = role or f"a Ray actor ({dead.actor_id})"
+    node = node_of(role) if role is not None else None
+    who = (role or f"a Ray actor ({dead.actor_id})") + (f" on node {node}" if node else "")
     pid = _PID.search(text)
     reason = _EXIT_DETAIL.search(text)
     return (

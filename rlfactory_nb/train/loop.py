@@ -54,7 +54,7 @@ from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch, turn_level_advantages
-from rlfactory_nb.train.failures import backend_actors, describe_failure, is_actor_death
+from rlfactory_nb.train.failures import backend_actors, backend_node_of, describe_failure, is_actor_death
 from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics, sample_rows
 from rlfactory_nb.train.pipeline import (
     RolloutPipeline,
@@ -291,7 +291,7 @@ class Trainer:
             where = self.last_checkpoint or "none yet (resuming starts the run over)"
             raise StepFailed(
                 f"step {step} failed during {phase}: "
-                f"{describe_failure(error, backend_actors(self.backend))}\n"
+                f"{describe_failure(error, backend_actors(self.backend), backend_node_of(self.backend))}\n"
                 f"The last checkpoint is {where}. Fix the cause, then resume: train(cfg, resume=True), "
                 "`rlfactory-nb train CONFIG --resume`, or launch(cfg, cluster, resume=True)."
             ) from error

@@ -254,7 +254,7 @@ async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no
     finally:
         await trainer.close()
     message = str(failed.value)
-    found = re.search(rf"step (\d) failed during the (policy update|weight sync): policy worker 1 of 2 \(pid {victim['pid']}\) died", message)
+    found = re.search(rf"step (\d) failed during the (policy update|weight sync): policy worker 1 of 2 on node 127\.0\.0\.1 \(pid {victim['pid']}\) died", message)
     assert found, message
     step = int(found.group(1))
     assert step == 3 or (asynchronous and step == 2)  # asynchronous: step 3's rewards ran during step 2
@@ -306,11 +306,11 @@ async def test_an_engine_actor_killed_between_steps_fails_the_next_rollouts_clea
         ray.shutdown()
     message = str(failed.value)
     if asynchronous:  # step 2's rollouts may be done before the kill: then step 2's sync or step 3 fails
-        found = re.search(rf"step (\d) failed during the (rollouts|weight sync): engine actor 0 \(pid {pid}\) died", message)
+        found = re.search(rf"step (\d) failed during the (rollouts|weight sync): engine actor 0 on node 127\.0\.0\.1 \(pid {pid}\) died", message)
         assert found and found.group(1) in "23", message
         assert load_latest(cfg.run_dir).step == int(found.group(1)) - 1
     else:
-        assert f"step 2 failed during the rollouts: engine actor 0 (pid {pid}) died" in message
+        assert f"step 2 failed during the rollouts: engine actor 0 on node 127.0.0.1 (pid {pid}) died" in message
         assert "step_000001" in message
         assert load_latest(cfg.run_dir).step == 1
     assert "resume" in message
