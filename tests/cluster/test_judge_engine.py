@@ -57,7 +57,7 @@ async def test_a_run_with_a_judge_actor_that_dies_fails_naming_it_and_resumes(cl
     finally:
         await trainer.close()
     message = str(failed.value)
-    assert re.search(rf"step 2 failed during the rewards: judge engine actor {judge.name} \(pid {pid}\) died", message), message
+    assert re.search(rf"step 2 failed during the rewards: judge engine actor {judge.name} on node 127\.0\.0\.1 \(pid {pid}\) died", message), message
     assert "step_000001" in message and "resume" in message
     (first,) = read_metrics(cfg.run_dir)
     assert first["reward/judge/requests"] + first["reward/judge/cached_hits"] == 4 and first["reward/judge/tokens"] > 0
