@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
+import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -293,7 +295,8 @@ class ToolSet:
             for failure in failures:
                 if not isinstance(failure, (ServerStartError, OSError)):
                     raise failure
-            raise ServerStartError("\n".join(str(f) for f in failures))
+            where = f"tool servers failed to start on node {socket.gethostname()} (pid {os.getpid()}):"
+            raise ServerStartError("\n".join([where, *(str(f) for f in failures)]))
         return dict(zip(names, outcomes))
 
     def _resolve_tools(self, listings: dict[str, list[RemoteTool]]) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from rlfactory_nb.cluster import Cluster, JobExistsError, TrainingJob, launch
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.errors import JobFailed
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,3 +51,15 @@ def test_launch_returns_at_once_then_trains_checkpoints_and_reattaches(cluster, 
     offline = TrainingJob.attach("short", output_dir=tmp_path)
     assert offline.metrics() == job.metrics()
 
+
+
+def test_a_tool_server_missing_on_the_drivers_node_fails_the_job_at_start_naming_both(cluster, tmp_path):
+    """Tool servers start where the rollouts run (the driver's node), from the shipped files; one whose
+    program that node lacks is an error before step 1 naming the server and the node."""
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("servers:\n  - name: search\n    command: rlfactory-nb-no-such-search-server\n")
+    cfg = tiny_config(tmp_path, "no-server", 1).replace({"tools.config": str(tools)})
+    job = launch(cfg, cluster, linger_s=5)
+    with pytest.raises(JobFailed, match=r"(?s)tool servers failed to start on node \S+ .*search"):
+        job.wait(timeout_s=300)
+    assert job.metrics() == [] and job.info()["step"] == 0
