@@ -22,6 +22,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
@@ -31,7 +32,7 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.errors import ModelMismatch
 from rlfactory_nb.models.files import ModelDigest, local_model_digest, node_name
-from rlfactory_nb.train.run_storage import RunUpload, staging_folder
+from rlfactory_nb.train.run_storage import TOOL_RECORD, RunUpload, copy_sqlite, staging_folder
 
 if TYPE_CHECKING:  # annotations only: the driver's module loads before torch is needed
     import torch
@@ -71,6 +72,8 @@ class TrainingDriver:
                 self.local.path.mkdir(parents=True, exist_ok=True)
                 (self.local.path / LOG_FILE).write_bytes(self.folder.store.read_bytes(LOG_FILE) or b"")
         self._uploading: asyncio.Task | None = None
+        self._record_path: Path | None = None
+        """the tools' sqlite record (settings.cache_path), copied into a run on storage as TOOL_RECORD"""
         self.objects = objects
         self.resume = resume
         self.linger_s = linger_s
@@ -122,69 +125,77 @@ class TrainingDriver:
             working_dir=os.getcwd(),
         )
         objects = RunObjects.loads(self.objects) if self.objects is not None else None
+        self._tool_cache = SharedToolCache(self.cfg.name)
         trainer = self._trainer = Trainer(
-            self.cfg, objects=objects, run_dir=self.local.path, shared_tool_cache=SharedToolCache(self.cfg.name)
+            self.cfg, objects=objects, run_dir=self.local.path, shared_tool_cache=self._tool_cache
         )
         try:
-            self._check_model()
-            if self.upload is not None:
-                print(
-                    f"driver: run stored at {self.folder.path}; training in {self.local.path} on node {node_name()}",
-                    flush=True,
-                )
-                if self.resume:
-                    step = await asyncio.to_thread(self.upload.pull)
-                    print(
-                        f"driver: resuming from {f'checkpoint step {step}' if step else 'no checkpoint'} of {self.folder.path}",
-                        flush=True,
-                    )
-            await trainer.start(resume=self.resume)
-            trainer.backend = GuardedBackend(trainer.backend)
-            self._weights_ready.set()
-            placement = trainer.backend.placement
-            self.folder.write_status(
-                state="running", step=trainer.step, placement=placement.to_dict() if placement is not None else None
-            )
-            result = await trainer.run(on_step=self._on_step, stop_event=self._stop)
-            if self._stop.is_set() and result.step < steps:
-                await self._checkpoint_stopped(trainer)
-                self.folder.write_status(state="stopped", step=trainer.step)
-            else:
-                self.folder.write_status(state="finished", step=trainer.step)
+            state, error = await self._train(trainer), None
         except Exception:  # noqa: BLE001  (recorded for the kernel, which re-raises it in job.wait)
-            text = traceback.format_exc()
-            print(text, flush=True)
-            self.folder.write_status(state="failed", step=trainer.step, error=text)
+            state, error = "failed", traceback.format_exc()
+            print(error, flush=True)
         finally:
             self._trainer = None  # no weights to snapshot from here on: job.engine() reads the checkpoint
             self._weights_ready.set()
             await trainer.close()
-            print(f"driver: {self.folder.status()['state']} at step {trainer.step}", flush=True)
-            await self._upload_last()
+            await asyncio.to_thread(self._tool_cache.flush)  # every result recorded before the last copy
+        print(f"driver: {state} at step {trainer.step}", flush=True)
+        # the end state is written once everything is on storage: a kernel that sees "finished" reads it all
+        lost = await self._upload_last()
+        if lost is not None:
+            state, error = "failed", lost
+        self.folder.write_status(state=state, step=trainer.step, **({"error": error} if error else {}))
         await self._linger()
+
+    async def _train(self, trainer: Trainer) -> str:
+        """Start and run the trainer; returns the end state ("finished" or "stopped")."""
+        self._check_model()
+        if self.upload is not None:
+            print(f"driver: run stored at {self.folder.path}; training in {self.local.path} on node {node_name()}", flush=True)
+            if self.resume:
+                step = await asyncio.to_thread(self.upload.pull)
+                found = f"checkpoint step {step}" if step else "no checkpoint"
+                print(f"driver: resuming from {found} of {self.folder.path}", flush=True)
+        await trainer.start(resume=self.resume)
+        trainer.backend = GuardedBackend(trainer.backend)
+        self._weights_ready.set()
+        self._record_path = _record_path(trainer)
+        if self._record_path is not None:
+            copied = f"; copied to {self.folder.path}/{TOOL_RECORD}" if self.upload is not None else ""
+            print(f"driver: tool results recorded to {self._record_path}{copied}", flush=True)
+        placement = trainer.backend.placement
+        self.folder.write_status(
+            state="running", step=trainer.step, placement=placement.to_dict() if placement is not None else None
+        )
+        result = await trainer.run(on_step=self._on_step, stop_event=self._stop)
+        if self._stop.is_set() and result.step < self.cfg.grpo.steps:
+            await self._checkpoint_stopped(trainer)
+            return "stopped"
+        return "finished"
 
     def _upload_soon(self) -> None:
         """Start copying the step's files to the run's storage, unless a copy is still under way (the
         next step's, or the last, catches up); training does not wait for it."""
         if self.upload is None or (self._uploading is not None and not self._uploading.done()):
             return
-        self._uploading = asyncio.get_running_loop().create_task(asyncio.to_thread(self.upload.push))
+        self._uploading = asyncio.get_running_loop().create_task(asyncio.to_thread(self._copy_up))
         self._uploading.add_done_callback(_report_upload)
 
-    async def _upload_last(self) -> None:
-        """Everything to storage once the run ended; a failure marks the run failed, naming it."""
+    async def _upload_last(self) -> str | None:
+        """Everything to storage once the run ended; what failed, when it did (the run is then failed)."""
         if self.upload is None:
-            return
+            return None
         if self._uploading is not None:
             await asyncio.gather(self._uploading, return_exceptions=True)
         try:
-            await asyncio.to_thread(self.upload.push)
+            await asyncio.to_thread(self._copy_up)
             print(f"driver: run folder copied to {self.folder.path}", flush=True)
         except Exception as error:  # noqa: BLE001  (recorded: the files stay in the local folder)
             traceback.print_exc()
             text = f"could not copy the run to {self.folder.path}: {type(error).__name__}: {error}; the files are in {self.local.path} on node {node_name()}"
             print(f"driver: {text}", flush=True)
-            self.folder.write_status(state="failed", error=text)
+            return text
+        return None
 
     def _check_model(self) -> None:
         """Record the digest of the model this node resolves `model.name` to; a model other than the
@@ -209,6 +220,13 @@ class TrainingDriver:
         latest = trainer.last_checkpoint
         if trainer.step > 0 and (latest is None or not str(latest).endswith(f"{trainer.step:06d}")):
             await trainer.save_checkpoint()
+
+    def _copy_up(self) -> None:
+        """One upload of the run's changed files, with a snapshot of the tool record first."""
+        record = self._record_path
+        if record is not None and record.is_file():
+            copy_sqlite(record, self.local.path / TOOL_RECORD)
+        self.upload.push()
 
     def _on_step(self, row: dict[str, Any]) -> None:
         self.folder.write_status(step=int(row["step"]), reward=row.get("reward/mean"))
@@ -279,6 +297,12 @@ class TrainingDriver:
             "engine_args": start.options,
             "copy_s": copy_s,
         }
+
+
+def _record_path(trainer: Trainer) -> Path | None:
+    tools = trainer.runtime.tools if trainer.runtime is not None else None
+    path = tools.settings.cache_path if tools is not None else None
+    return Path(path).resolve() if path else None
 
 
 def _report_upload(task: asyncio.Task) -> None:

@@ -78,6 +78,9 @@ class SharedToolCache:
         self.failure: str | None = None
         """why this process stopped using the actor (None while it does)"""
         self._batches: dict[asyncio.AbstractEventLoop, dict[str, asyncio.Future[Recorded | None]]] = {}
+        self._last_put: Any = None
+        """the newest put's reference: the actor runs one caller's calls in order, so once it is done
+        every earlier put is stored (and recorded)"""
 
     def open(self, record_path: Path | None) -> None:
         """Find the run's actor, or create it recording to `record_path`: the first creator's path
@@ -136,9 +139,24 @@ class SharedToolCache:
         if self.failure is not None or self.actor is None:
             return
         try:
-            self.actor.put.remote(key, outcome)
+            self._last_put = self.actor.put.remote(key, outcome)
         except Exception as error:  # noqa: BLE001 - the tier never fails a rollout
             self._give_up(error)
+
+    def flush(self) -> bool:
+        """Wait (at most `timeout_s`) until the actor has stored every put this process sent: before
+        the record file is read or the process ends (the actor belongs to its creator, and puts sent
+        to an actor still starting would go with it). False when they may be lost."""
+        import ray
+
+        if self.failure is not None or self.actor is None:
+            return False
+        try:
+            ray.get(self._last_put if self._last_put is not None else self.actor.stats.remote(), timeout=self.timeout_s)
+        except Exception as error:  # noqa: BLE001
+            self._give_up(error)
+            return False
+        return True
 
     def stats(self) -> dict[str, Any] | None:
         """The actor's counters and entries (every process's lookups), or None once it is gone."""

@@ -21,6 +21,7 @@ code/, the latest checkpoint and its pointer, job.log to append to), never older
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,10 @@ from rlfactory_nb.storage import Storage, is_uri
 
 SKIPPED = frozenset({"job.json"})
 """top-level files the uploader leaves alone (written to the URI by their owner)"""
+TOOL_RECORD = "tool_record.sqlite"
+"""a run on storage keeps a copy of its tool record (the tools file's settings.cache_path) here"""
+
+
 NOT_PULLED = frozenset({CHECKPOINTS, "trajectories", "tensorboard"})
 """what a resume does not need back (older checkpoints, past rollouts, event files)"""
 
@@ -161,3 +166,14 @@ def after_upload(
             await maybe_await(on_step(row))
 
     return step_then_upload
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a live sqlite file (its WAL included) through sqlite's backup API."""
+    reading = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    writing = sqlite3.connect(target)
+    try:
+        reading.backup(writing)
+    finally:
+        writing.close()
+        reading.close()

@@ -4,6 +4,7 @@ and a kernel that dies while its job runs, are fault cases: tests/faults/test_jo
 Slow (Ray start is 10-40 s on 2 cores): the session's cluster (conftest.py), tiny runs of the calculator preset.
 """
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -63,3 +64,21 @@ def test_a_tool_server_missing_on_the_drivers_node_fails_the_job_at_start_naming
     with pytest.raises(JobFailed, match=r"(?s)tool servers failed to start on node \S+ .*search"):
         job.wait(timeout_s=300)
     assert job.metrics() == [] and job.info()["step"] == 0
+
+
+def test_a_run_on_storage_keeps_its_tool_record_there(cluster, tmp_path):
+    """output_dir a URI: the run's files and a copy of the tools' sqlite record (written by the job's
+    one tool cache actor) are at the URI; the job reads back from there."""
+    tools = tmp_path / "tools.yaml"
+    example = (ROOT / "examples/calculator/tools.yaml").read_text()
+    tools.write_text(example.replace("settings:\n", f"settings:\n  cache_path: {tmp_path / 'record.sqlite'}\n"))
+    uri = f"file://{tmp_path}/store"
+    cfg = tiny_config(tmp_path, "recorded", 2).replace({"tools.config": str(tools), "output_dir": uri, "rollout.max_new_tokens": 96})
+    job = launch(cfg, cluster, linger_s=5)
+    assert job.wait(timeout_s=300) == "finished" and job.run_dir == f"{uri}/recorded"
+    assert [row["step"] for row in job.metrics()] == [1, 2] and job.checkpoints == [f"{uri}/recorded/checkpoints/step_000002"]
+    record = tmp_path / "store" / "recorded" / "tool_record.sqlite"
+    with sqlite3.connect(record) as db:
+        calls = db.execute("SELECT COUNT(*) FROM tool_results").fetchone()[0]
+    made = sum(row.get("tools/calls", 0) for row in job.metrics())
+    assert 0 < calls <= made, (calls, made)
