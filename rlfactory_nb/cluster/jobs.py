@@ -85,12 +85,12 @@ def launch(
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
     check_named(cfg, objects)
     cfg = absolute_paths(cfg)
-    expected = local_model_digest(cfg.model.name)  # what the kernel inspects; the driver must train it
-    cluster = cluster or Cluster.connect(cfg.cluster.address)
-    env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     folder = RunFolder(cfg.run_dir)
     if folder.remote:
         folder.store.probe()  # unreachable, read-only or no credentials: said here, not at step 1's checkpoint
+    expected = local_model_digest(cfg.model.name)  # what the kernel inspects; the driver must train it
+    cluster = cluster or Cluster.connect(cfg.cluster.address)
+    env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     _retire_previous(cfg.name, folder)
     _prepare_folder(folder, resume, replace)
     if payload is not None:

@@ -116,3 +116,17 @@ def test_local_copy_downloads_once_and_refetches_a_cut_copy(tmp_path, monkeypatc
     assert (local_copy(uri) / "config.json").read_bytes() == b'{"changed": 1}'
     with pytest.raises(StorageError, match="no such folder"):
         local_copy(f"memory://{uuid.uuid4().hex}/missing")
+
+
+def test_launch_refuses_a_storage_uri_it_cannot_write_before_anything_starts(tmp_path):
+    """Bad input (issue #31): an unreachable, read-only or credential-less output_dir is refused at
+    launch, naming it, before Ray is joined or anything is shipped."""
+    import ray
+
+    from rlfactory_nb.cluster import launch
+    from rlfactory_nb.config import RunConfig
+
+    cfg = RunConfig(name="nowhere", output_dir="file:///proc/rlfactory-runs")
+    with pytest.raises(StorageError, match=r"output_dir file:///proc/rlfactory-runs/nowhere: could not create the folder"):
+        launch(cfg, tools=None)
+    assert not ray.is_initialized()
