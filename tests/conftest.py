@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
 
 JUDGE_STUB = Path(__file__).parent / "rewards" / "openai_stub_server.py"
-SHARED_GROUPS = {"tests/notebooks/": "notebooks", "tests/cluster/": "ray"}
+SHARED_GROUPS = {"tests/notebooks/": "notebooks", "tests/cluster/": "ray", "tests/multinode/": "multinode"}
 """folders whose tests share one expensive session- or package-scoped fixture, each kept on one worker"""
 
 
@@ -27,6 +27,7 @@ def xdist_group_of(nodeid: str) -> str:
     - "notebooks": tests/notebooks (Jupyter kernels, papermill, the browser): the session's one
       papermill run of the four notebooks (tests/notebooks/conftest.py) serves all its readers;
     - "ray": tests/cluster: its one package-scoped local Ray (tests/cluster/conftest.py);
+    - "multinode": tests/multinode: its one Ray of three nodes (tests/multinode/conftest.py);
     - otherwise the test's module, as `--dist loadscope` groups: module-scoped fixtures (a vLLM
       engine, MCP servers, tests/faults/test_jobs.py's Ray with a dashboard) are built once.
 

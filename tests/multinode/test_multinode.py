@@ -8,8 +8,7 @@ new process attaches; the kernel steps through a rollout and evaluates the last 
 a resume is cut by killing node3 mid-step (the step fails naming the node) and finishes on a new
 node3.
 
-Slow: three Ray nodes start in 30-40 s on 2 cores, and the job starts three times (about 4 minutes in
-all); it needs its own Ray, so it runs in its own pytest-xdist group (tests/conftest.py).
+Slow (about 2 minutes): the job starts three times; the three nodes are conftest.py's.
 """
 
 from __future__ import annotations
@@ -26,13 +25,11 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.cluster import TrainingJob, launch
-from rlfactory_nb.cluster.ray_cluster import _single_node
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.errors import JobFailed
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-STORE = 200 * 2**20
 LONG = 1000
 """the resumed run's length: node3 is killed once it has 3 steps, long before the end"""
 
@@ -43,27 +40,6 @@ def calculator(expression: str) -> str:
     from rlfactory_nb.tools.servers.calculator import evaluate
 
     return evaluate(expression)
-
-
-def node(nodes, name: str, cpus: int):
-    return nodes.add_node(num_cpus=cpus, resources={name: 1}, node_ip_address="127.0.0.1", object_store_memory=STORE)
-
-
-@pytest.fixture(scope="module")
-def nodes():
-    from ray.cluster_utils import Cluster as RayNodes
-
-    with _single_node():  # every node's servers on 127.0.0.1
-        cluster = RayNodes(
-            initialize_head=True, connect=False,
-            head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False, "object_store_memory": STORE},
-        )  # fmt: skip
-        node(cluster, "node2", 1)
-        cluster.node3 = node(cluster, "node3", 2)
-    connected = rf.Cluster.connect(cluster.address)
-    yield cluster, connected
-    connected.shutdown()
-    cluster.shutdown()
 
 
 def wait_for(condition, timeout_s: float, what: str) -> None:
@@ -101,7 +77,7 @@ def attach_elsewhere(address: str, uri: str) -> dict:
 
 
 def test_a_job_over_three_nodes_with_its_run_on_storage(nodes, tmp_path, monkeypatch):
-    ray_nodes, cluster = nodes
+    cluster = nodes.cluster
     uri = f"file://{tmp_path}/storage/runs"
     launch_dir = tmp_path / "project"
     launch_dir.mkdir()
@@ -135,14 +111,14 @@ def test_a_job_over_three_nodes_with_its_run_on_storage(nodes, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path / "kernel")  # a kernel in another folder: nothing of the first launch's is left
     resumed = launch(config(uri, LONG), cluster, resume=True, linger_s=20, num_cpus=1)
     wait_for(lambda: len(resumed.metrics()) >= 3, 400, "the resumed job did not reach step 3")
-    ray_nodes.remove_node(ray_nodes.node3)  # the worker and the engine go with it, mid-step
+    nodes.kill("node3")  # the worker and the engine go with it, mid-step
     with pytest.raises(JobFailed, match=r"step \d+ failed during .*(policy worker 0 of 1|engine actor 0) on node 127\.0\.0\.1 node3"):
         resumed.wait(timeout_s=300)
     kept = TrainingJob.attach("spread", output_dir=uri).checkpoints
     last = int(str(kept[-1]).rsplit("_", 1)[-1])
     assert 3 <= last < LONG and len(kept) == 2  # grpo.keep_last applies on storage too
 
-    ray_nodes.node3 = node(ray_nodes, "node3", 2)
+    nodes.replace("node3")
     again = launch(config(uri, last + 1), cluster, resume=True, linger_s=20, num_cpus=1)
     assert again.wait(timeout_s=400) == "finished", again.logs()
     assert [row["step"] for row in again.metrics()] == list(range(1, last + 2))
