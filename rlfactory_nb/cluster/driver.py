@@ -167,6 +167,7 @@ class TrainingDriver:
         self.folder.write_status(
             state="running", step=trainer.step, placement=placement.to_dict() if placement is not None else None
         )
+        self._upload_soon()  # the run's objects (code/) and config on storage before step 1 ends
         result = await trainer.run(on_step=self._on_step, stop_event=self._stop)
         if self._stop.is_set() and result.step < self.cfg.grpo.steps:
             await self._checkpoint_stopped(trainer)
