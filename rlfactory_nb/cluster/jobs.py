@@ -11,10 +11,8 @@ handle: every property is read when asked, from the actor while it lives and fro
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +27,7 @@ from rlfactory_nb.cluster.shipment import shipment_summary
 from rlfactory_nb.cluster.shipping import runtime_env, upload
 from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig, load_yaml
-from rlfactory_nb.data.objects import CODE_DIR, RunObjects
+from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row
 from rlfactory_nb.errors import JobExistsError, JobFailed
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, parse_step
@@ -97,8 +95,7 @@ def launch(
         if not folder.remote:  # on storage the driver writes them, with the rest of the run
             objects.save(folder.path, payload, cfg)
     elif resume:
-        with run_objects_folder(folder) as run_dir:
-            kept = RunObjects.resumed(run_dir, cfg, trust_run_objects)
+        kept = RunObjects.resumed(folder.path, cfg, trust_run_objects)
         payload = None if kept.empty else kept.dumps()
     folder.write_status(
         state="pending",
@@ -138,19 +135,6 @@ def launch(
 def _location(text: str | Path) -> str | Path:
     """A run folder or checkpoint named by the driver: a URI stays a str, a path becomes a Path."""
     return text if is_uri(text) else Path(text)
-
-
-@contextlib.contextmanager
-def run_objects_folder(folder: RunFolder) -> Iterator[Path]:
-    """A local folder holding the run's code/ (the kernel's objects): the run folder itself, or a
-    temporary copy of it for a run on storage."""
-    if not folder.remote:
-        yield Path(folder.path)
-        return
-    with tempfile.TemporaryDirectory(prefix="rlfactory-nb-objects-") as temporary:
-        if folder.store.isdir(CODE_DIR):
-            folder.store.get_folder(CODE_DIR, Path(temporary) / CODE_DIR)
-        yield Path(temporary)
 
 
 def _retire_previous(name: str, folder: RunFolder) -> None:
@@ -371,8 +355,7 @@ class TrainingJob:
         shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
         objects even without this user's signature (data/objects.py)."""
         cfg = self.config()
-        with run_objects_folder(self.folder) as run_dir:
-            objects = RunObjects.load(run_dir, trust_run_objects)
+        objects = RunObjects.load(self.run_dir, trust_run_objects)
         shared = SharedToolCache(cfg.name) if not self.done else None  # a live job's tool cache, joined
         runtime = Runtime.from_config(cfg, objects, engine=self.engine(**options), shared_cache=shared)
         return runtime.start_sync().stepper(prompt)

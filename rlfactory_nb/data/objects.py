@@ -42,6 +42,7 @@ import os
 import secrets
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -53,6 +54,7 @@ import cloudpickle  # the pickler Ray uses (it vendors a copy), without importin
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.errors import ObjectTransferError, UntrustedRunObjects
+from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
 from rlfactory_nb.tools.extra import ExtraTools, extra_tools
 
@@ -166,7 +168,8 @@ class RunObjects:
     def load(cls, run_dir: str | Path, trust_run_objects: bool = False) -> RunObjects | None:
         """The objects a run was started with, or None when it had none; UntrustedRunObjects when
         they lack this user's signature and `trust_run_objects` is off (module docstring)."""
-        data = cls.saved_bytes(run_dir, trust_run_objects)
+        with local_run_code(run_dir) as local:
+            data = cls.saved_bytes(local, trust_run_objects)
         return None if data is None else cls.loads(data)
 
     @staticmethod
@@ -188,10 +191,11 @@ class RunObjects:
         """The objects a resume of `config` uses: the folder's, less the reward and tools when
         `config` names others than it did when they were saved (the config wins); `say` gets one line
         saying which were used."""
-        kept = cls.load(run_dir, trust_run_objects)
+        with local_run_code(run_dir) as local:
+            kept = cls.load(local, trust_run_objects)
+            recorded = _read_signature(local / CODE_DIR).get("named_by_config") if kept is not None else None
         if kept is None:
             return cls()
-        recorded = _read_signature(Path(run_dir) / CODE_DIR).get("named_by_config")
         now = _named_by(config)
         changes, used = {}, []
         for field_name in ("reward", "tools"):
@@ -204,10 +208,24 @@ class RunObjects:
                     f"named {_shown(recorded, field_name)} when it was saved)"
                 )
             else:
-                used.append(f"{field_name}: the pickled one, {Path(run_dir) / CODE_DIR / PICKLE_FILE}")
+                used.append(f"{field_name}: the pickled one, {join(run_dir, CODE_DIR, PICKLE_FILE)}")
         if used:
             say("resume: " + "; ".join(used))
         return dataclasses.replace(kept, **changes) if changes else kept
+
+
+@contextlib.contextmanager
+def local_run_code(run_dir: str | Path) -> Iterator[Path]:
+    """A local run folder holding the run's code/: `run_dir` itself, or for a run on storage (a URI,
+    storage.py) a temporary folder with a copy of its code/."""
+    if not is_uri(run_dir):
+        yield Path(run_dir)
+        return
+    store = Storage.at(run_dir)
+    with tempfile.TemporaryDirectory(prefix="rlfactory-nb-objects-") as temporary:
+        if store.isdir(CODE_DIR):
+            store.get_folder(CODE_DIR, Path(temporary) / CODE_DIR)
+        yield Path(temporary)
 
 
 def trust_run_folder(run_dir: str | Path) -> Path:

@@ -53,3 +53,20 @@ def test_upload_sends_only_what_changed_and_checkpoints_whole(tmp_path):
     assert upload.push() == ["metrics.jsonl", f"{CHECKPOINTS}/step_000001"]
     assert store.read_text(f"{CHECKPOINTS}/latest") == "step_000001\n" and not store.exists("job.json")
     assert RunFolder(str(store)).checkpoints() == [f"{store}/{CHECKPOINTS}/step_000001"]
+
+
+def test_objects_kept_with_a_run_on_storage_load_from_its_uri(make_cfg, tmp_path):
+    """`rf.evaluate(..., run_dir=job.run_dir)` and `job.stepper()` read code/ from a URI."""
+    from rlfactory_nb.data.objects import RunObjects
+
+    def half(sample) -> float:
+        return 0.5
+
+    uri = f"memory://{uuid.uuid4().hex}/runs/test"
+    cfg = make_cfg().replace({"output_dir": uri.rsplit("/", 1)[0]})
+    local = tmp_path / "local"
+    RunObjects.of(reward=half).save(local, config=cfg)
+    Storage.at(uri).put_folder(local / "code", "code")
+    assert RunObjects.load(uri).reward(None) == 0.5
+    assert RunObjects.resumed(uri, cfg, say=lambda line: None).reward(None) == 0.5
+    assert RunObjects.load(f"memory://{uuid.uuid4().hex}/none") is None
