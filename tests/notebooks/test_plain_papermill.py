@@ -6,9 +6,10 @@ import pytest
 
 from rlfactory_nb.notebooks_run import WIDGET_VIEW, notebooks_dir
 
-from .conftest import CELL_TIMEOUT_S
-
 pytestmark = pytest.mark.slow
+NB02_CELL_TIMEOUT_S = 120
+"""notebook 02's cells take 1-5 s on a quiet machine (the notebook 10-16 s); a cell whose reply the
+kernel/client pair lost under the full suite's load cost this test 300 s at the notebooks' bound"""
 
 
 @pytest.mark.timeout(900)
@@ -22,7 +23,7 @@ def test_plain_papermill_saves_notebook_02_under_a_megabyte(tmp_path, tiny_polic
         try:
             papermill.execute_notebook(
                 str(notebooks_dir() / "02_reward_design.ipynb"), str(target), parameters={"output_dir": str(tmp_path)},
-                progress_bar=False, execution_timeout=CELL_TIMEOUT_S,
+                progress_bar=False, execution_timeout=NB02_CELL_TIMEOUT_S,
             )
             break
         except (CellTimeoutError, TimeoutError):
