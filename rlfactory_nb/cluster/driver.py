@@ -138,7 +138,7 @@ class TrainingDriver:
             self._trainer = None  # no weights to snapshot from here on: job.engine() reads the checkpoint
             self._weights_ready.set()
             await trainer.close()
-            await asyncio.to_thread(self._tool_cache.flush)  # every result recorded before the last copy
+            await self._tool_cache.flush()  # every result recorded before the last copy
         print(f"driver: {state} at step {trainer.step}", flush=True)
         # the end state is written once everything is on storage: a kernel that sees "finished" reads it all
         lost = await self._upload_last()

@@ -143,16 +143,15 @@ class SharedToolCache:
         except Exception as error:  # noqa: BLE001 - the tier never fails a rollout
             self._give_up(error)
 
-    def flush(self) -> bool:
+    async def flush(self) -> bool:
         """Wait (at most `timeout_s`) until the actor has stored every put this process sent: before
         the record file is read or the process ends (the actor belongs to its creator, and puts sent
         to an actor still starting would go with it). False when they may be lost."""
-        import ray
-
         if self.failure is not None or self.actor is None:
             return False
+        last = self._last_put if self._last_put is not None else self.actor.stats.remote()
         try:
-            ray.get(self._last_put if self._last_put is not None else self.actor.stats.remote(), timeout=self.timeout_s)
+            await asyncio.wait_for(last, self.timeout_s)
         except Exception as error:  # noqa: BLE001
             self._give_up(error)
             return False
