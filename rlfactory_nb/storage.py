@@ -198,8 +198,12 @@ class Storage:
 
     def put_file(self, source: str | Path, relative: str) -> None:
         path = self._path(relative)
-        if self.local:
-            self.write_bytes(relative, Path(source).read_bytes())  # beside and renamed, as any write
+        if self.local:  # copied beside and renamed, as any write here (streamed: weights are large)
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+            shutil.copyfile(source, temporary)
+            os.replace(temporary, target)
             return
         self.fs.put_file(str(source), path)
 
