@@ -29,7 +29,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +185,7 @@ class Storage:
         """Write the whole file at once (a reader sees the old or the new one, never half)."""
         path = self._path(relative)
         if self.local:
-            target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-            temporary.write_bytes(data)
-            os.replace(temporary, target)
+            _write_beside(Path(path), lambda temporary: temporary.write_bytes(data))
             return
         self.fs.pipe_file(path, data)
 
@@ -198,12 +194,8 @@ class Storage:
 
     def put_file(self, source: str | Path, relative: str) -> None:
         path = self._path(relative)
-        if self.local:  # copied beside and renamed, as any write here (streamed: weights are large)
-            target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-            shutil.copyfile(source, temporary)
-            os.replace(temporary, target)
+        if self.local:  # streamed: weights are large
+            _write_beside(Path(path), lambda temporary: shutil.copyfile(source, temporary))
             return
         self.fs.put_file(str(source), path)
 
@@ -273,6 +265,14 @@ def local_copy(location: str | Path, log: Any = None) -> Path:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return folder
+
+
+def _write_beside(target: Path, write: Callable[[Path], object]) -> None:
+    """`write` a temporary file beside `target`, then rename it over `target`: whole or not at all."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    write(temporary)
+    os.replace(temporary, target)
 
 
 def _ensure(folder: Path) -> Path:
