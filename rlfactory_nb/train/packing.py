@@ -6,12 +6,17 @@ backward on a ragged batch; packed, it spends exactly its real tokens. The row i
     input_ids     (1, T)  the micro-batch's sequences, each prompt + response, one after another
     position_ids  (1, T)  0, 1, ... restarting at 0 where each sequence starts
 
-and the model is called with these and **no attention mask** (and no cache): transformers (5.x)
-reads the restarts as sequence boundaries, and derives from them a block-diagonal causal mask for
-sdpa and eager attention (`masking_utils.find_packed_sequence_indices`) and the `cu_seqlens` of the
-varlen kernels for flash-attention 2 and 3 (`modeling_flash_attention_utils._is_packed_sequence`).
-An attention implementation outside those gets no mask at all from transformers, so packing is
-refused for it (`check_attention`) rather than silently attending across sequences.
+    cu_seq_lens_q (n + 1,) int32: 0 and where each sequence ends (and `_k`, `max_length_q`/`_k`)
+
+and the model is called with these and **no attention mask** (and no cache). flash-attention 2 and
+3 read the sequences from `cu_seq_lens_q` (their varlen kernels: each sequence pays its own L^2).
+An sdpa model is switched to `PACKED_SDPA` (`rlfactory_nb.models.packed_attention`), which runs
+sdpa per sequence the same way, on CPU too (`use_packed_attention`). Eager attention, and sdpa if
+it is left as it is, get from transformers (5.x) a block-diagonal causal mask derived from the
+restarting positions (`masking_utils.find_packed_sequence_indices`): correct, but the row then
+pays T^2 attention. An attention implementation outside those gets no mask at all from
+transformers, so packing is refused for it (`check_attention`) rather than silently attending
+across sequences.
 
 Only the forward is packed. Its per-token outputs (log-probs, entropy) go back to the padded (b, L)
 layout of the micro-batch (`unpack`), so every loss reduction, the KL term and the metrics run
@@ -34,9 +39,10 @@ import torch
 from torch import Tensor
 
 from rlfactory_nb.errors import ConfigError
+from rlfactory_nb.models.packed_attention import PACKED_SDPA
 
-PACKED_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
-"""attention implementations whose transformers mask or kernel honours restarting position_ids"""
+PACKED_ATTENTION = ("eager", "sdpa", PACKED_SDPA, "flash_attention_2", "flash_attention_3")
+"""attention implementations that keep a packed row's sequences apart (a mask or a varlen kernel)"""
 
 
 @dataclass(frozen=True)
@@ -49,14 +55,25 @@ class PackedRow:
     """(1, T) long: each sequence's positions, restarting at 0"""
     loss_mask: Tensor
     """(1, T) bool: the padded loss_mask at the same tokens"""
+    cu_seq_lens: Tensor
+    """(n + 1,) int32: 0, then where each of the row's n sequences ends"""
     source: tuple[Tensor, Tensor]
     """(rows (T,), columns (T,)): where each packed token sits in the padded micro-batch"""
     shape: tuple[int, int]
     """the padded micro-batch's (b, L)"""
 
     def model_inputs(self) -> dict[str, Any]:
-        """The forward's arguments: no attention mask and no cache, so transformers packs by positions."""
-        return {"input_ids": self.input_ids, "position_ids": self.position_ids, "use_cache": False}
+        """The forward's arguments: the sequence boundaries, no attention mask and no cache."""
+        longest = int((self.cu_seq_lens[1:] - self.cu_seq_lens[:-1]).max())
+        return {
+            "input_ids": self.input_ids,
+            "position_ids": self.position_ids,
+            "cu_seq_lens_q": self.cu_seq_lens,
+            "cu_seq_lens_k": self.cu_seq_lens,
+            "max_length_q": longest,
+            "max_length_k": longest,
+            "use_cache": False,
+        }
 
     def unpack(self, values: Tensor, fill: float = 0.0) -> Tensor:
         """Per-token values of the row, (1, T) or (T,), back in the padded layout (b, L); `fill`
@@ -106,9 +123,18 @@ def pack(input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> Packed
         input_ids=input_ids[rows, columns][None],
         position_ids=offsets[None],
         loss_mask=loss_mask[rows, columns][None],
+        cu_seq_lens=torch.cat([starts, starts[-1:] + lengths[-1:]]).to(torch.int32),
         source=(rows, columns),
         shape=tuple(input_ids.shape),
     )
+
+
+def use_packed_attention(model: Any) -> None:
+    """Switch an sdpa `model` to `PACKED_SDPA`: the same attention, per sequence in a packed row
+    (`check_attention` first: other implementations are kept, or refused)."""
+    check_attention(model)
+    if model.config._attn_implementation == "sdpa":
+        model.set_attn_implementation(PACKED_SDPA)
 
 
 def check_attention(model: Any) -> None:

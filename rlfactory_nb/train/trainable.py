@@ -10,7 +10,8 @@ model it holds, so all of them train the same thing:
                    DDP and FSDP alike)
     packing        with `grpo.padding_free`: the attention implementation is checked to keep packed
                    sequences apart (`rlfactory_nb.train.packing.check_attention`), a ConfigError
-                   at run start rather than a silently wrong mask
+                   at run start rather than a silently wrong mask; sdpa becomes per-sequence sdpa
+                   (`use_packed_attention`), so a row pays each sequence's attention, not T^2
 
 and `engine_weights` turns the trainer's state dict into what engines load: adapters merged, in the
 compute dtype.
@@ -27,7 +28,7 @@ import torch
 from rlfactory_nb.models import lora as lora_adapters
 from rlfactory_nb.models.lora import is_adapted
 from rlfactory_nb.models.precision import Precision, apply_dtypes, engine_state
-from rlfactory_nb.train.packing import check_attention
+from rlfactory_nb.train.packing import use_packed_attention
 
 __all__ = ["TrainingSetup", "is_adapted"]
 
@@ -56,7 +57,7 @@ class TrainingSetup:
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
         """`model` (a plain transformers model, or an already adapted one on resume) ready to train."""
         if self.padding_free:
-            check_attention(model)
+            use_packed_attention(model)
         if self.lora is not None and not is_adapted(model):
             model = lora_adapters.apply_lora(model, self.lora, self.base_name)
         apply_dtypes(model, self.precision)

@@ -12,6 +12,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from rlfactory_nb.algo.registry import LossArgs, loss_names
 from rlfactory_nb.config import LoraConfig
 from rlfactory_nb.errors import ConfigError
+from rlfactory_nb.models.packed_attention import PACKED_SDPA
 from rlfactory_nb.models.precision import Precision
 from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE
 from rlfactory_nb.train import update
@@ -29,8 +30,11 @@ PADDED = UpdateSettings(loss_args=LossArgs(token_budget=1024), max_grad_norm=1e9
 PACKED = replace(PADDED, padding_free=True)
 
 
-def model(seed: int = 0) -> torch.nn.Module:
-    return random_qwen3(seed, max_positions=1024)
+def model(seed: int = 0, attention: str = PACKED_SDPA) -> torch.nn.Module:
+    """A random tiny Qwen3, by default with the attention a padding-free run gives an sdpa model."""
+    policy = random_qwen3(seed, max_positions=1024)
+    policy.set_attn_implementation(attention)
+    return policy
 
 
 def trajectory(total: int, generator: torch.Generator, sampled: bool = True) -> Trajectory:
@@ -96,8 +100,10 @@ def test_pack_restarts_positions_and_unpack_puts_values_back():
 # ---------------------------------------------------------------- equal to the padded path
 
 
-def test_packed_log_probs_and_entropy_equal_the_padded_ones():
-    policy = model()
+@pytest.mark.parametrize("attention", [PACKED_SDPA, "sdpa"])
+def test_packed_log_probs_and_entropy_equal_the_padded_ones(attention):
+    """Per-sequence sdpa (what a run uses) and stock sdpa's block-diagonal mask alike."""
+    policy = model(attention=attention)
     batch = ragged_batch(policy)
     padded = token_stats(policy, batch, PADDED, entropy_grad=False)
     packed = token_stats(policy, batch, PACKED, entropy_grad=False)
@@ -224,13 +230,22 @@ def with_a_cache(row: PackedRow) -> dict:
     return {key: value for key, value in row.model_inputs().items() if key != "use_cache"}
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def bounds_merged(row: PackedRow) -> dict:
+    """Deliberately broken: the boundaries name one sequence, so per-sequence attention spans both."""
+    whole = torch.tensor([0, row.input_ids.shape[1]], dtype=torch.int32)
+    return {**row.model_inputs(), "cu_seq_lens_q": whole, "cu_seq_lens_k": whole}
+
+
+BROKEN = {"sdpa": (positions_run_on, with_a_cache), "eager": (positions_run_on, with_a_cache)}
+BROKEN[PACKED_SDPA] = (bounds_merged,)  # it reads the boundaries (RoPE is relative: positions need not restart)
+
+
+@pytest.mark.parametrize("attention", [PACKED_SDPA, "sdpa", "eager"])
 def test_a_sequence_is_unchanged_by_another_packed_beside_it(attention):
-    policy = model()
-    policy.set_attn_implementation(attention)
+    policy = model(attention=attention)
     alone, beside = packed_alone_and_beside(policy)
     assert torch.allclose(alone, beside, atol=2e-5)
-    for broken in (positions_run_on, with_a_cache):  # the check catches a leaking mask
+    for broken in BROKEN[attention]:  # the check catches a leaking mask
         alone, leaked = packed_alone_and_beside(policy, broken)
         assert not torch.allclose(alone, leaked, atol=1e-2), broken.__name__
 
@@ -261,7 +276,15 @@ def test_an_attention_without_packed_support_is_a_config_error_at_start():
     ):
         TrainingSetup(Precision(torch.float32, torch.float32), padding_free=True).prepare(policy)
     TrainingSetup(Precision(torch.float32, torch.float32)).prepare(policy)  # padded: no check needed
-    check_attention(model())  # sdpa passes
+    check_attention(model(attention="sdpa"))  # sdpa passes
+
+
+@pytest.mark.parametrize(("attention", "trained_with"), [("sdpa", PACKED_SDPA), ("eager", "eager")])
+def test_a_padding_free_setup_gives_an_sdpa_model_per_sequence_attention(attention, trained_with):
+    setup = TrainingSetup(Precision(torch.float32, torch.float32), padding_free=True)
+    assert setup.prepare(model(attention=attention)).config._attn_implementation == trained_with
+    padded = TrainingSetup(Precision(torch.float32, torch.float32)).prepare(model(attention="sdpa"))
+    assert padded.config._attn_implementation == "sdpa"
 
 
 def test_a_trajectory_with_nothing_sampled_is_left_out_of_the_packed_rows():
