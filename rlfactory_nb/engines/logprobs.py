@@ -8,7 +8,7 @@ receives the final hidden states (rows, positions, hidden), keeps only the posit
 was sampled (loss_mask == 1: prompt and tool positions never need a distribution), and runs the
 output layer and the log-softmax over chunks of `chunk` of those tokens. The autograd function saves
 only the selected hidden states and recomputes each chunk's logits in backward, so peak memory is
-one (chunk, vocabulary) block, whatever the response length.
+two (chunk, vocabulary) float32 blocks, whatever the response length.
 
 Why a swapped head rather than reading the output weight after the forward: under FSDP the weight is
 only whole (unsharded) while the model's own forward runs, and under DDP gradients are only reduced
@@ -33,50 +33,81 @@ from torch import Tensor
 
 
 class _ChunkedTokenStats(torch.autograd.Function):
-    """hidden (N, H), weight (V, H), targets (N,) -> (N, 2): [log p(target), entropy], float32."""
+    """hidden (N, H), weight (V, H), targets (N,) -> (N, 2): [log p(target), entropy], float32.
+
+    Each chunk's (n, V) blocks live in two buffers allocated once per call and rewritten in place
+    (`_Workspace`): a fresh (1,024 x 151,936) float32 block is 622 MB, and allocating one per
+    chunk and per intermediate (logits, log-sum-exp, exp, products) made the CPU allocator hand
+    the pages back and fault them in again (about a third of a CPU step's time, as system time).
+    The output weight's gradient accumulates in place (`addmm_`), not as a (V, H) copy per chunk."""
 
     @staticmethod
     def forward(ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, dtype: Any) -> Tensor:
         ctx.save_for_backward(hidden, weight, targets)
         ctx.chunk, ctx.dtype = chunk, dtype
         out = torch.empty((hidden.shape[0], 2), dtype=torch.float32, device=hidden.device)
-        w = weight.to(dtype)
+        work = _Workspace(weight, hidden.shape[0], chunk, dtype)
         for start in range(0, hidden.shape[0], chunk):
             rows = slice(start, start + chunk)
-            log_p = _log_softmax(hidden[rows].to(dtype) @ w.T)  # (n, V) float32
+            log_p, p = work.distribution(hidden[rows])  # (n, V) float32 each
             out[rows, 0] = log_p.gather(-1, targets[rows, None]).squeeze(-1)
-            out[rows, 1] = -(log_p.exp() * log_p).sum(-1)
+            out[rows, 1] = _entropy(p, log_p)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         hidden, weight, targets = ctx.saved_tensors
-        w = weight.to(ctx.dtype)
+        work = _Workspace(weight, hidden.shape[0], ctx.chunk, ctx.dtype)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         for start in range(0, hidden.shape[0], ctx.chunk):
             rows = slice(start, start + ctx.chunk)
-            h = hidden[rows].to(ctx.dtype)
-            grad_logits = _grad_logits(_log_softmax(h @ w.T), targets[rows], grad_out[rows])  # (n, V)
-            grad_hidden[rows] = (grad_logits.to(ctx.dtype) @ w).to(hidden.dtype)
-            grad_weight += grad_logits.T @ h.float()  # (V, H)
+            log_p, p = work.distribution(hidden[rows])
+            grad_logits = _grad_logits(log_p, p, targets[rows], grad_out[rows])  # (n, V), over log_p
+            grad_hidden[rows] = (grad_logits.to(ctx.dtype) @ work.weight).to(hidden.dtype)
+            grad_weight.addmm_(grad_logits.T, hidden[rows].float())  # (V, H), in place
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None
 
 
-def _log_softmax(logits: Tensor) -> Tensor:
-    logits = logits.float()
-    return logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))
+class _Workspace:
+    """The output weight in the compute dtype and two float32 (chunk, V) buffers that every chunk of
+    one forward or backward reuses."""
+
+    def __init__(self, weight: Tensor, tokens: int, chunk: int, dtype: Any):
+        self.weight, self.dtype = weight.to(dtype), dtype
+        shape = (min(chunk, tokens), weight.shape[0])
+        self.first = torch.empty(shape, dtype=torch.float32, device=weight.device)
+        self.second = torch.empty_like(self.first)
+
+    def distribution(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        """(log p, p) over the vocabulary of a chunk's hidden states (n, H), in the two buffers."""
+        n = hidden.shape[0]
+        log_p, p = self.first[:n], self.second[:n]
+        if self.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            torch.matmul(hidden.float(), self.weight.T, out=log_p)  # the logits
+        else:
+            log_p.copy_(hidden.to(self.dtype) @ self.weight.T)
+        log_p.sub_(log_p.amax(dim=-1, keepdim=True))
+        torch.exp(log_p, out=p)
+        total = p.sum(dim=-1, keepdim=True)
+        log_p.sub_(total.log())
+        p.div_(total)
+        return log_p, p
 
 
-def _grad_logits(log_p: Tensor, targets: Tensor, grad_out: Tensor) -> Tensor:
-    """d(loss)/d(logits) of one chunk, in place over `log_p` (n, V).
+def _entropy(p: Tensor, log_p: Tensor) -> Tensor:
+    """-sum p log p of each row of (n, V), as a batched dot product: no (n, V) temporary."""
+    return -torch.bmm(p[:, None, :], log_p[:, :, None]).view(-1)
+
+
+def _grad_logits(log_p: Tensor, p: Tensor, targets: Tensor, grad_out: Tensor) -> Tensor:
+    """d(loss)/d(logits) of one chunk, in place over `log_p` (n, V); `p` is its exp.
 
     For p = softmax(z): d log p_y / dz = onehot(y) - p, and for the entropy H = -sum p log p,
     dH/dz = -p (log p + H). So grad = -p * (g_logprob + g_entropy * (log p + H)) + g_logprob * onehot(y).
     """
     g_logprob, g_entropy = grad_out[:, 0:1], grad_out[:, 1:2]  # (n, 1) each
-    p = log_p.exp()
-    entropy = -(p * log_p).sum(-1, keepdim=True)  # (n, 1)
+    entropy = _entropy(p, log_p)[:, None]  # (n, 1)
     grad = log_p.add_(entropy).mul_(g_entropy).add_(g_logprob).mul_(p).neg_()
     return grad.scatter_add_(-1, targets[:, None], g_logprob)
 
