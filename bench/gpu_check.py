@@ -8,7 +8,12 @@ Modes, each on a fresh model with the same random weights (seed 0), bfloat16 com
     lora         LoRA rank 16 (base frozen in bfloat16, adapters float32), 2 steps
     bf16-master  full fine-tuning with bfloat16 weights and AdamW state, 1 step: the contrast for
                  the fraction of weights one step at lr 1e-6 changes (issue 20)
-with gradient checkpointing, chunked log-probs and token-budget micro-batches on.
+with gradient checkpointing, chunked log-probs and token-budget micro-batches on. Then the packing
+check (issue #28): one policy update of the same model shape on a fixed ragged batch (16
+trajectories, lognormal lengths with median 300 and a 4,000-token tail: `bench/packing.py`'s batch),
+padded and then packed (`grpo.padding_free`), with flash-attention 2's varlen kernels when flash-attn
+is installed, else per-sequence sdpa. It records each layout's update time, peak memory and padding
+tokens, and the largest gap between the two layouts' per-token log-probs (bf16 compute).
 
 A step is the training loop's, from its parts (`rlfactory_nb.train.loop.Trainer.step_once` reads the
 same): rollouts on the hf engine (sharing the trained model, so the weight sync is a no-op) ->
@@ -243,6 +248,81 @@ async def run_mode(
     return records
 
 
+def packed_attention(device: torch.device) -> str:
+    """flash-attention 2 when it can run (CUDA and the flash-attn package), else sdpa (a padding-free
+    setup runs it per sequence)."""
+    if device.type != "cuda":
+        return "sdpa"
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return "sdpa"
+    return "flash_attention_2"
+
+
+def run_packing(shape: CheckShape, device: torch.device, memory: Memory, smoke: bool) -> list[dict[str, Any]]:
+    """One update padded, then one packed, of the same weights on `bench/packing.py`'s ragged batch:
+    both within the token budget (padded: rows x longest row; packed: real tokens a row)."""
+    from dataclasses import replace
+
+    from bench import packing
+    from rlfactory_nb.train.trainable import TrainingSetup
+    from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update, token_stats
+
+    batch_shape = replace(packing.QUICK if smoke else packing.FULL, vocab=shape.vocab)
+    batch = packing.bench_batch(batch_shape)
+    attention = packed_attention(device)
+    records, logprobs = [], {}
+    for layout in ("padded", "packed"):
+        cfg = run_config(shape, device.type, None, "float32")
+        cfg = type(cfg).from_dict(cfg.to_dict(), {"grpo.padding_free": layout == "packed"})
+        memory.reset()
+        with torch.device(device):
+            model = random_qwen3(
+                shape.vocab, shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate,
+                head_dim=shape.head_dim,
+            )  # fmt: skip
+        model.set_attn_implementation(attention)
+        model = TrainingSetup.from_config(cfg, device).prepare(model).train()
+        settings = UpdateSettings.from_config(cfg, device)
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+            logprobs[layout], _ = token_stats(model, batch.to(device), settings, entropy_grad=False)
+        optimizer = make_optimizer(model, cfg)
+        memory.sync()
+        started = time.perf_counter()
+        metrics = policy_update(model, optimizer, batch, settings, step=1)
+        memory.sync()
+        record = {
+            "mode": f"update-{layout}",
+            "step": 0,
+            "attention": model.config._attn_implementation,
+            "update_s": time.perf_counter() - started,
+            "peak_gib": memory.peak_gib(),
+            "padding_tokens": metrics["train/padding_tokens"],
+            "real_tokens": int(batch.attention_mask.sum()),
+        }
+        if layout == "packed":
+            gap = (logprobs["packed"] - logprobs["padded"])[batch.loss_mask.to(device)].abs()
+            record.update(logprob_gap_max=float(gap.max()), logprob_gap_mean=float(gap.mean()))
+        records.append(record)
+        print(_packing_line(record), flush=True)
+        del model, optimizer
+    return records
+
+
+def _packing_line(record: dict[str, Any]) -> str:
+    gap = (
+        f", log-prob gap to padded max {record['logprob_gap_max']:.4f} mean {record['logprob_gap_mean']:.5f}"
+        if "logprob_gap_max" in record
+        else ""
+    )
+    return (
+        f"{record['mode']:<15} {record['attention']}: update {record['update_s']:.2f} s, peak "
+        f"{record['peak_gib']:.2f} GiB, {record['padding_tokens']:.0f} padding of {record['real_tokens']} "
+        f"real tokens{gap}"
+    )
+
+
 def _trainable_copy(model: Any) -> dict[str, torch.Tensor]:
     """The trainable weights as they are now, on the CPU (kept off the device so the peak is the step's)."""
     return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad}
@@ -295,6 +375,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     records = [
         record for mode in MODES for record in asyncio.run(run_mode(shape, device, mode, tokenizer, memory))
     ]
+    records += run_packing(shape, device, memory, smoke)
     print(f"gpu_check: done in {time.perf_counter() - started:.0f} s", flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

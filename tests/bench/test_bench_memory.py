@@ -132,8 +132,12 @@ def test_gpu_check_cpu_smoke_runs_without_mcp_ray_or_vllm(tmp_path):
     assert first_line.startswith("torch ") and "transformers " in first_line
     records = json.loads((out / "gpu_check.json").read_text())["records"]
     assert [(r["mode"], r["step"]) for r in records] == [
-        ("full", 0), ("full", 1), ("lora", 0), ("lora", 1), ("bf16-master", 0)
+        ("full", 0), ("full", 1), ("lora", 0), ("lora", 1), ("bf16-master", 0),
+        ("update-padded", 0), ("update-packed", 0),
     ]  # fmt: skip
+    padded, packed = records.pop(-2), records.pop(-1)  # the packing check: one update each
+    assert packed["attention"] == "sdpa_packed" and packed["padding_tokens"] == 0 < padded["padding_tokens"]
+    assert packed["logprob_gap_max"] < 0.05  # bf16 compute, the same weights
     assert all(r["generated_tokens_per_s"] > 0 and r["peak_gib"] > 0 for r in records)
     changed = {r["mode"]: r["changed_fraction"] for r in records if "changed_fraction" in r}
     # lr 1e-6: a float32 master moves nearly every weight; a bfloat16 master rounds most steps away.
