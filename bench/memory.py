@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,7 +285,7 @@ def run_ours(variant: Variant, shape: Shape, steps: int, report: Report) -> None
     report("state", **state_bytes(model, optimizer))
 
 
-def trl_config(shape: Shape, output_dir: str, steps: int) -> Any:
+def trl_config(shape: Shape, output_dir: str, steps: int, gradient_checkpointing: bool = True) -> Any:
     """The same update as ours, one row a micro-batch: DAPO token mean, clip 0.2/0.28, no KL, AdamW."""
     from trl import GRPOConfig
 
@@ -308,7 +309,7 @@ def trl_config(shape: Shape, output_dir: str, steps: int) -> Any:
         use_vllm=False,
         use_cpu=True,
         bf16=False,
-        gradient_checkpointing=True,
+        gradient_checkpointing=gradient_checkpointing,
         logging_steps=10_000,
         save_strategy="no",
         report_to="none",
@@ -317,27 +318,18 @@ def trl_config(shape: Shape, output_dir: str, steps: int) -> Any:
     )
 
 
-def run_trl(shape: Shape, steps: int, report: Report) -> None:
-    """TRL's trainer on our batch: generation and scoring are replaced by the fixed batch, so the step
-    is TRL's update alone (its chunked LM head, its loss, its optimizer), as ours is."""
-    import torch
+def train_trl(
+    model: Any, fixed: dict[str, Any], args: Any, report: Callable[..., None], peft_config: Any = None
+) -> Any:
+    """Train TRL's GRPOTrainer `args.max_steps` steps on `fixed`, a generation batch as TRL's
+    `_generate_and_score_completions` returns one: generation and scoring are replaced by it, so a step
+    is TRL's update alone (its chunked LM head, its loss, its optimizer), as ours is. Reports "ready"
+    once set up and "step" after each optimizer step; returns the trainer."""
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
     from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-
-    batch = bench_batch(shape)
-    prompt = shape.tokens - shape.trained
-    fixed = {
-        "prompt_ids": batch.input_ids[:, :prompt],
-        "prompt_mask": batch.attention_mask[:, :prompt],
-        "completion_ids": batch.input_ids[:, prompt:],
-        "completion_mask": batch.attention_mask[:, prompt:],
-        "advantages": batch.advantages,
-        "num_items_in_batch": batch.loss_mask.sum(),
-    }
 
     class FixedBatchGRPOTrainer(GRPOTrainer):
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
@@ -354,6 +346,35 @@ def run_trl(shape: Shape, steps: int, report: Report) -> None:
             seconds, cpu_seconds = time.perf_counter() - self.started, time.process_time() - self.cpu_started
             report("step", seconds=seconds, cpu_seconds=cpu_seconds)
 
+    prompts = [{"prompt": "unused: the batch is fixed"}] * (args.generation_batch_size * (args.max_steps + 1))
+    trainer = FixedBatchGRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_list(prompts),
+        processing_class=build_tokenizer(),
+        peft_config=peft_config,
+        callbacks=[Timing()],
+    )
+    trainer.train()
+    return trainer
+
+
+def run_trl(shape: Shape, steps: int, report: Report) -> None:
+    """TRL's trainer on our batch (`train_trl`), with LoRA and gradient checkpointing as ours has them."""
+    import torch
+    from peft import LoraConfig
+
+    batch = bench_batch(shape)
+    prompt = shape.tokens - shape.trained
+    fixed = {
+        "prompt_ids": batch.input_ids[:, :prompt],
+        "prompt_mask": batch.attention_mask[:, :prompt],
+        "completion_ids": batch.input_ids[:, prompt:],
+        "completion_mask": batch.attention_mask[:, prompt:],
+        "advantages": batch.advantages,
+        "num_items_in_batch": batch.loss_mask.sum(),
+    }
     lora = LoraConfig(
         r=LORA_RANK,
         lora_alpha=2 * LORA_RANK,
@@ -361,18 +382,8 @@ def run_trl(shape: Shape, steps: int, report: Report) -> None:
         target_modules="all-linear",  # what ours adapts when model.lora.target_modules is unset
         task_type="CAUSAL_LM",
     )
-    dataset = Dataset.from_list([{"prompt": "unused: the batch is fixed"}] * (shape.rows * (steps + 1)))
     with tempfile.TemporaryDirectory(prefix="bench-memory-trl-") as folder:
-        trainer = FixedBatchGRPOTrainer(
-            model=bench_model(shape),
-            reward_funcs=lambda completions, **_: [0.0] * len(completions),
-            args=trl_config(shape, folder, steps),
-            train_dataset=dataset,
-            processing_class=build_tokenizer(),
-            peft_config=lora,
-            callbacks=[Timing()],
-        )
-        trainer.train()
+        trainer = train_trl(bench_model(shape), fixed, trl_config(shape, folder, steps), report, lora)
         with torch.no_grad():
             report("state", **state_bytes(trainer.model, trainer.optimizer))
 

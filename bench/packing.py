@@ -11,9 +11,19 @@ tied embeddings, as bench/memory.py), float32 on CPU, chunked log-probs on.
 
 Arms, all on the same batch (`ARMS`): padded rows of `micro_batch_size` 4 (today's path, padded to
 each micro-batch's longest row), padded by the token budget (rows sorted by length, rows x longest
-row <= budget), and packed (`grpo.padding_free`, rows of <= budget real tokens). Each arm runs in a
-fresh process of its own (its peak RSS is its own), one after another. TRL's padding_free arm runs
-when TRL is installed; it is not here, so the row says so.
+row <= budget), packed (`grpo.padding_free`, rows of <= budget real tokens), and TRL's GRPOTrainer
+(`TRL_ARM`, when TRL is installed). Each arm runs in a fresh process of its own (its peak RSS is its
+own), one after another.
+
+TRL's GRPO has no padding-free mode: `GRPOConfig` has no `padding_free` field (`SFTConfig` has one;
+GRPO's only padding option, `pad_to_multiple_of`, adds padding), and `GRPOTrainer` pads a generation
+batch's prompts on the left and completions on the right to the batch's longest of each, then slices
+its micro-batches from those tensors as they are (trl/trainer/grpo_trainer.py,
+`_generate_and_score_completions` and `_prepare_inputs`). So its best equivalent is its own padded
+update on the same batch: the same trajectories, in TRL's layout, replace its generation and scoring
+(bench/memory.py's `train_trl`), and its step is its loss, backward and AdamW step, as ours is. On
+CPU (no Triton) its fused LM head scores every position through the vocabulary, padding included, so
+its CPU figures overstate what it pays on a GPU; `trl_note` says so in the section.
 
 What the CPU measures and what it does not: the chunked output layer's cost is proportional to the
 *sampled* tokens in every arm (only they reach it), so packing saves the decoder body's and
@@ -37,9 +47,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import current_rss_mib, machine_line, markdown_table, peak_rss_mib, section, write_result
+from bench.memory import trl_version
 
 NAME = "packing"
 MEDIAN_TOKENS, SIGMA, LONGEST, SHORTEST = 300, 1.0, 4000, 16
+HEADS = 2
+PAD_ID = 0
 
 
 @dataclass(frozen=True)
@@ -57,17 +70,22 @@ class Shape:
 FULL = Shape(vocab=151_936, hidden=128, layers=2, rows=16, budget=4096)
 QUICK = Shape(vocab=512, hidden=32, layers=1, rows=6, budget=256, longest=200, median=40)
 
-ARMS = {
-    "padded": ("padded, 4 rows a micro-batch (today's path)", {"grpo.micro_batch_size": 4}),
+ARMS = {  # padding_free named in every arm: the padded arms stay padded whatever its default
+    "padded": (
+        "padded, 4 rows a micro-batch (today's path)",
+        {"grpo.micro_batch_size": 4, "grpo.padding_free": False},
+    ),
     "padded_budget": (
         "padded, token budget (rows x longest row <= budget)",
-        {"grpo.max_tokens_per_micro_batch": "budget"},
+        {"grpo.max_tokens_per_micro_batch": "budget", "grpo.padding_free": False},
     ),
     "packed": (
         "packed (grpo.padding_free, <= budget real tokens a row)",
         {"grpo.max_tokens_per_micro_batch": "budget", "grpo.padding_free": True},
     ),
 }
+TRL_ARM = "trl"
+"""TRL's GRPOTrainer, run after `ARMS` when TRL is installed"""
 
 
 def lengths(shape: Shape, seed: int = 0) -> list[int]:
@@ -85,11 +103,11 @@ def lengths(shape: Shape, seed: int = 0) -> list[int]:
     return values
 
 
-def bench_batch(shape: Shape) -> Any:
-    """The ragged batch: prompt a fifth, tool output the middle third of each response (mask 0)."""
+def rollouts(shape: Shape) -> tuple[list[Any], list[float]]:
+    """The ragged trajectories and their advantages: prompt a fifth, tool output the middle third of each
+    response (loss mask 0)."""
     import torch
 
-    from rlfactory_nb.train.batch import build_batch
     from rlfactory_nb.types import Trajectory
 
     generator = torch.Generator().manual_seed(1)
@@ -103,7 +121,21 @@ def bench_batch(shape: Shape) -> Any:
         old = [-math.log(shape.vocab)] * sum(mask)  # a random model's log-prob, within a few hundredths
         trajectories.append(Trajectory(ids[:prompt], ids[prompt:], mask, old))
     advantages = [1.0 if row % 2 else -1.0 for row in range(shape.rows)]
-    return build_batch(trajectories, advantages, pad_id=0)
+    return trajectories, advantages
+
+
+def bench_batch(shape: Shape) -> Any:
+    """`rollouts` as our trainer takes them: one `TrainBatch`, rows padded on the right."""
+    from rlfactory_nb.train.batch import build_batch
+
+    return build_batch(*rollouts(shape), pad_id=PAD_ID)
+
+
+def bench_model(shape: Shape) -> Any:
+    """bench/memory.py's random Qwen3, seeded: the same weights in every arm's process."""
+    from bench.memory import random_qwen3
+
+    return random_qwen3(shape.vocab, shape.hidden, shape.layers, HEADS, HEADS // 2, 3 * shape.hidden)
 
 
 def config(shape: Shape, arm: str) -> Any:
@@ -126,16 +158,15 @@ def config(shape: Shape, arm: str) -> Any:
 def worker(arm: str, shape: Shape, steps: int) -> dict[str, Any]:
     import torch
 
-    from bench.memory import random_qwen3
+    torch.set_num_threads(1)
+    if arm == TRL_ARM:
+        return trl_worker(shape, steps)
     from rlfactory_nb.train.trainable import TrainingSetup
     from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 
-    torch.set_num_threads(1)
     cfg = config(shape, arm)
     cpu = torch.device("cpu")
-    heads = 2
-    body = random_qwen3(shape.vocab, shape.hidden, shape.layers, heads, 1, 3 * shape.hidden)
-    model = TrainingSetup.from_config(cfg, cpu).prepare(body)
+    model = TrainingSetup.from_config(cfg, cpu).prepare(bench_model(shape))
     settings, optimizer, batch = (
         UpdateSettings.from_config(cfg, cpu),
         make_optimizer(model, cfg),
@@ -160,6 +191,78 @@ def worker(arm: str, shape: Shape, steps: int) -> dict[str, Any]:
     }
 
 
+def trl_inputs(trajectories: list[Any], advantages: list[float]) -> dict[str, Any]:
+    """The trajectories as TRL's `_generate_and_score_completions` returns a generation batch, padded
+    with TRL's own `pad` as it pads: prompts on the left, responses on the right, each to the batch's
+    longest; the tool outputs (our loss mask 0) are its `tool_mask`, our old log-probs its
+    `old_per_token_logps`, and `num_items_in_batch` counts the sampled tokens (its DAPO normalizer)."""
+    import torch
+    from trl.trainer.utils import pad
+
+    def padded(rows: list[list[Any]], side: str, value: float = 0, dtype: Any = torch.long) -> Any:
+        return pad([torch.tensor(row, dtype=dtype) for row in rows], padding_value=value, padding_side=side)
+
+    old = []
+    for trajectory in trajectories:  # one log-prob per sampled token: onto the mask == 1 positions
+        logprobs = iter(trajectory.logprobs)
+        old.append([next(logprobs) if sampled else 0.0 for sampled in trajectory.loss_mask])
+    tool_mask = padded([t.loss_mask for t in trajectories], "right", value=1)  # TRL pads it with 1
+    completion_mask = padded([[1] * len(t.response_ids) for t in trajectories], "right")
+    return {
+        "prompt_ids": padded([t.prompt_ids for t in trajectories], "left", PAD_ID),
+        "prompt_mask": padded([[1] * len(t.prompt_ids) for t in trajectories], "left"),
+        "completion_ids": padded([t.response_ids for t in trajectories], "right", PAD_ID),
+        "completion_mask": completion_mask,
+        "tool_mask": tool_mask,
+        "old_per_token_logps": padded(old, "right", dtype=torch.float32),
+        "advantages": torch.tensor(advantages),
+        "num_items_in_batch": (completion_mask * tool_mask).sum(),
+    }
+
+
+def trl_worker(shape: Shape, steps: int) -> dict[str, Any]:
+    """TRL's GRPOTrainer on the same weights and trajectories (bench/memory.py's `train_trl`), with
+    bench/memory.py's `trl_config` (parity with ours) less gradient checkpointing, which no arm here
+    uses; its padding counted from the attention masks its model is called with."""
+    import tempfile
+
+    from bench import memory
+
+    trajectories, advantages = rollouts(shape)
+    fixed = trl_inputs(trajectories, advantages)
+    model = bench_model(shape)
+    padding: list[int] = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: padding.append(int((kwargs["attention_mask"] == 0).sum())),
+        with_kwargs=True,
+    )
+    events: dict[str, list[dict[str, float]]] = {"ready": [], "step": []}
+    trl_shape = memory.Shape(
+        vocab=shape.vocab,
+        hidden=shape.hidden,
+        layers=shape.layers,
+        heads=HEADS,
+        rows=shape.rows,
+        tokens=shape.longest,
+        trained=max(len(t.response_ids) for t in trajectories),  # its max_completion_length
+        chunk_tokens=0,  # unused: TRL's LM head chunks by itself
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-packing-trl-") as folder:
+        args = memory.trl_config(trl_shape, folder, steps, gradient_checkpointing=False)
+        trainer = memory.train_trl(model, fixed, args, lambda kind, **payload: events[kind].append(payload))
+    return {
+        "seconds": [step["seconds"] for step in events["step"]],
+        "cpu_seconds": [step["cpu_seconds"] for step in events["step"]],
+        "ready_rss_mib": events["ready"][0]["rss_mib"],
+        "peak_rss_mib": peak_rss_mib(),
+        "padding_tokens": sum(padding) / steps,
+        "real_tokens": int(fixed["prompt_mask"].sum() + fixed["completion_mask"].sum()),
+        "sampled_tokens": int(fixed["num_items_in_batch"]),
+        "loss": trainer.state.log_history[-1]["train_loss"],  # the mean over its steps
+        "micro_batches": len(padding) // steps,
+    }
+
+
 def run_arm(arm: str, quick: bool, steps: int, timeout_s: float) -> dict[str, Any]:
     command = [sys.executable, __file__, "--worker", arm, "--steps", str(steps)] + (
         ["--quick"] if quick else []
@@ -170,24 +273,37 @@ def run_arm(arm: str, quick: bool, steps: int, timeout_s: float) -> dict[str, An
     return {"status": "ok", **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
+def label(arm: str) -> str:
+    if arm == TRL_ARM:
+        return f"TRL {trl_version() or '(not installed)'} GRPOTrainer, padded (1 row a micro-batch)"
+    return ARMS[arm][0]
+
+
+def _versus(value: float, base: float | None) -> str:
+    return f"{value / base:.2f}x" if base else "-"
+
+
 def summary_rows(shape: Shape, results: dict[str, dict[str, Any]]) -> list[list[str]]:
-    padded = results.get("padded", {})
+    padded, trl = (results.get(arm, {}) for arm in ("padded", TRL_ARM))
+    base_cpu = min(padded["cpu_seconds"]) if padded.get("status") == "ok" else None
+    base_peak = padded["peak_rss_mib"] if padded.get("status") == "ok" else None
+    trl_peak = trl["peak_rss_mib"] if trl.get("status") == "ok" else None
     rows = []
     for arm, entry in results.items():
         if entry["status"] != "ok":
-            rows.append([ARMS[arm][0], entry["status"], "-", "-", "-", "-", "-"])
+            rows.append([label(arm), entry["status"], "-", "-", "-", "-", "-", "-", "-"])
             continue
-        cpu = min(entry["cpu_seconds"])
-        base_cpu = min(padded["cpu_seconds"]) if padded.get("status") == "ok" else None
-        base_peak = padded.get("peak_rss_mib") if padded.get("status") == "ok" else None
+        cpu, peak = min(entry["cpu_seconds"]), entry["peak_rss_mib"]
         rows.append(
             [
-                ARMS[arm][0],
+                label(arm),
                 f"{min(entry['seconds']):.1f}",
                 f"{cpu:.1f}",
-                f"{cpu / base_cpu:.2f}x" if base_cpu else "-",
-                f"{entry['peak_rss_mib']:,.0f}",
-                f"{entry['peak_rss_mib'] / base_peak:.2f}x" if base_peak else "-",
+                _versus(cpu, base_cpu),
+                f"{peak:,.0f}",
+                _versus(peak, base_peak),
+                _versus(peak, trl_peak),
+                f"{entry['ready_rss_mib']:,.0f}",
                 f"{entry['padding_tokens']:,.0f}",
             ]
         )
@@ -204,6 +320,8 @@ def markdown(
         "CPU vs padded",
         "peak RSS (MiB)",
         "peak vs padded",
+        "peak vs TRL",
+        "RSS before the step (MiB)",
         "padding tokens/step",
     ]
     sample = next((entry for entry in results.values() if entry["status"] == "ok"), {})
@@ -227,7 +345,7 @@ def markdown(
             "- Wall time follows the machine's load (the load average above); CPU s/step (the worker's "
             "user + system time) is the figure to compare across arms."
         ),
-        f"- TRL: {trl}.",
+        trl,
         goals(results),
     ]
     title = "Padding-free micro-batches: padded vs packed on a ragged multi-turn batch"
@@ -237,26 +355,53 @@ def markdown(
 
 
 def goals(results: dict[str, dict[str, Any]]) -> str:
-    """The issue's targets that this run measures: packed CPU s/step <= 0.6x padded, no padding."""
-    padded, packed = results.get("padded", {}), results.get("packed", {})
-    if padded.get("status") != "ok" or packed.get("status") != "ok":
-        return "- Goals: not measured (an arm has no figure)."
-    ratio = min(packed["cpu_seconds"]) / min(padded["cpu_seconds"])
-    speed = f"packed CPU s/step {ratio:.2f}x padded (goal <= 0.6x: {'met' if ratio <= 0.6 else 'not met'})"
+    """The issue's targets: packed CPU s/step <= 0.6x padded, no padding, packed peak <= 0.5x TRL's."""
+    padded, packed, trl = (results.get(arm, {}) for arm in ("padded", "packed", TRL_ARM))
+    if packed.get("status") != "ok":
+        return "- Goals: not measured (the packed arm has no figure)."
+
+    def verdict(met: bool) -> str:
+        return "met" if met else "not met"
+
+    if padded.get("status") == "ok":
+        ratio = min(packed["cpu_seconds"]) / min(padded["cpu_seconds"])
+        speed = f"packed CPU s/step {ratio:.2f}x padded (goal <= 0.6x: {verdict(ratio <= 0.6)})"
+    else:
+        speed = "packed vs padded s/step: not measured (the padded arm has no figure)"
     left = packed["padding_tokens"]
-    padding = f"padding tokens {left:,.0f} (goal 0: {'not met' if left else 'met'})"
-    return f"- Goals: {speed}; {padding}; peak vs TRL's: not measured here (no TRL)."
+    padding = f"padding tokens {left:,.0f} (goal 0: {verdict(not left)})"
+    if trl.get("status") == "ok":
+        ratio = packed["peak_rss_mib"] / trl["peak_rss_mib"]
+        peak = f"packed peak {ratio:.2f}x TRL's (goal <= 0.5x: {verdict(ratio <= 0.5)})"
+    else:
+        peak = "packed peak vs TRL's: not measured (no TRL figure)"
+    return f"- Goals: {speed}; {padding}; {peak}."
 
 
-def trl_status() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"TRL {version('trl')} is installed, but its padding_free arm is not built yet (issue #28)"
-    except PackageNotFoundError:
-        return (
-            "not installed on this machine (pip install -e '.[bench]'), so its padding_free arm is left out"
-        )
+def trl_note(shape: Shape) -> str:
+    """What TRL's arm is, or why it is missing."""
+    if not trl_version():
+        return "- TRL: not installed on this machine (pip install -e '.[bench]'), so its arm is left out."
+    return (
+        f"- TRL {trl_version()}: GRPO has no padding-free mode (`GRPOConfig` has no `padding_free`; "
+        "`pad_to_multiple_of` only adds padding), so its best equivalent is its padded update: "
+        "`GRPOTrainer` pads a generation batch's prompts on the left and completions on the right to the "
+        "batch's longest of each and slices micro-batches from those tensors untrimmed "
+        "(trl/trainer/grpo_trainer.py). The same weights and trajectories replace its generation and "
+        "scoring (tool outputs its `tool_mask`, our old log-probs its `old_per_token_logps`), so its step "
+        "is its loss, backward and AdamW step. Changed from GRPOConfig's defaults for parity only: "
+        "learning_rate 1e-5, constant schedule, epsilon_high 0.28, gradient checkpointing off, "
+        f"per_device_train_batch_size 1 and gradient_accumulation_steps = num_generations = {shape.rows} "
+        "(the batch one optimizer step), float32 on CPU, seed 0. One row a micro-batch is TRL's best: "
+        "each micro-batch is as wide as the batch's longest prompt plus longest completion whatever its "
+        "rows, so more rows a micro-batch leave its padding as it is and raise its peak. Its padding is "
+        "counted from the attention masks its model is called with. Without Triton (on CPU) its fused LM "
+        "head scores every position of every row, prompt and padding too, through the vocabulary "
+        "(trl/kernels/chunked_logprob.py `_use_triton`, trl/trainer/utils.py `add_fused_lm_head`): nearly "
+        "all of its CPU time here, and its logits held for a whole row; on a CUDA GPU it scores only the "
+        "completion tokens (tool outputs included). Importing TRL imports vLLM when it is installed "
+        "(use_vllm off or not): part of its RSS before the step."
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -273,10 +418,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     machine = machine_line()
     results = {}
-    for arm in ARMS:
-        results[arm] = run_arm(arm, args.quick, args.steps, args.timeout)
+    for arm in [*ARMS, TRL_ARM]:
+        if arm == TRL_ARM and not trl_version():
+            results[arm] = {"status": "not installed (pip install -e '.[bench]')"}
+        else:
+            results[arm] = run_arm(arm, args.quick, args.steps, args.timeout)
         print(f"  {arm:<14} {json.dumps(results[arm])}", flush=True)
-    text = markdown(shape, results, argv, machine, trl_status())
+    text = markdown(shape, results, argv, machine, trl_note(shape))
     write_result(NAME, {"shape": shape.__dict__, "lengths": lengths(shape), "arms": results}, text)
     print(text)
 
