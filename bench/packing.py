@@ -1,15 +1,15 @@
 """Padded vs packed (padding-free) micro-batches on a ragged multi-turn batch: s/step, peak memory, padding.
 
-    python bench/packing.py [--quick] [--rows 16] [--budget 4096]
+    python bench/packing.py [--quick] [--steps 2] [--timeout 1200]
 
 What a step is: one GRPO policy update (forward, backward, one AdamW step) on a fixed batch of
-`--rows` trajectories whose lengths are lognormal (median 300 tokens, sigma 1; the longest set to
+16 trajectories whose lengths are lognormal (median 300 tokens, sigma 1; the longest set to
 4,000, the tail a tool-heavy agent batch has), each a prompt of a fifth of its tokens and a response
 whose middle third is a tool's output (loss mask 0): two assistant turns around it. The model is
 Qwen3-architecture with the real 151,936-token vocabulary and random weights (hidden 128, 2 layers,
 tied embeddings, as bench/memory.py), float32 on CPU, chunked log-probs on.
 
-Arms, all on the same batch (`ARMS`): padded rows of `micro_batch_size` 4 (today's path, padded to
+Arms, all on the same batch (`ARMS`): padded rows of `micro_batch_size` 4 (`padding_free: false`, padded to
 each micro-batch's longest row), padded by the token budget (rows sorted by length, rows x longest
 row <= budget), packed (`grpo.padding_free`, rows of <= budget real tokens), and TRL's GRPOTrainer
 (`TRL_ARM`, when TRL is installed). Each arm runs in a fresh process of its own (its peak RSS is its
@@ -27,9 +27,9 @@ its CPU figures overstate what it pays on a GPU; `trl_note` says so in the secti
 
 What the CPU measures and what it does not: the chunked output layer's cost is proportional to the
 *sampled* tokens in every arm (only they reach it), so packing saves the decoder body's and
-attention's work on the padding. On CPU, sdpa gets packing as a dense block-diagonal mask over the
-whole row (attention work ~ T^2 per row); flash-attention 2's varlen kernels on a GPU pay only
-sum(L_i^2). The GPU figures are for bench/gpu_check.sh (issue #28).
+attention's work on the padding. A packed row's attention runs per sequence (sdpa on each one's
+slice, `rlfactory_nb.models.packed_attention`), so it pays sum(L_i^2) as flash-attention 2's varlen
+kernels do on a GPU, not the row's T^2. The GPU figures are for bench/gpu_check.sh (issue #28).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ QUICK = Shape(vocab=512, hidden=32, layers=1, rows=6, budget=256, longest=200, m
 
 ARMS = {  # padding_free named in every arm: the padded arms stay padded whatever its default
     "padded": (
-        "padded, 4 rows a micro-batch (today's path)",
+        "padded, 4 rows a micro-batch (grpo.padding_free: false)",
         {"grpo.micro_batch_size": 4, "grpo.padding_free": False},
     ),
     "padded_budget": (
@@ -337,9 +337,10 @@ def markdown(
         ),
         (
             "- The output layer (the vocabulary) sees only sampled tokens in every arm, so packing saves "
-            "the decoder body's and attention's work on padding; on CPU sdpa takes packing as a dense "
-            "block-diagonal mask (attention ~ T^2 per row), where GPU flash-attention 2 varlen pays only "
-            "the sum of each sequence's L^2."
+            "the decoder body's and attention's work on padding; a packed row's attention runs per "
+            "sequence (sdpa on each one's slice), so it pays the sum of each sequence's L^2, as "
+            "flash-attention 2's varlen kernels do on a GPU. At this shape (hidden 128, 2 layers) that "
+            "output layer is most of a step; in a real model the body is, and the padding share decides."
         ),
         (
             "- Wall time follows the machine's load (the load average above); CPU s/step (the worker's "

@@ -247,12 +247,13 @@ class GRPOConfig:
     """bound micro-batches by padded tokens instead of rows: rows are sorted by length and packed
     (never split) so that rows x longest row stays under this; None: `micro_batch_size` rows each.
     With padding_free: the most real tokens of one packed row"""
-    padding_free: bool = False
+    padding_free: bool = True
     """pack each micro-batch's trajectories end to end into one row, position ids restarting at 0 per
     trajectory, so no forward or backward pays for padding (`rlfactory_nb.train.packing`). Rows are
     filled first-fit-decreasing up to max_tokens_per_micro_batch real tokens (None: micro_batch_size
     trajectories per row); a trajectory longer than that is a row of its own, counted in
-    train/oversized_sequences. Needs sdpa, eager or flash_attention_2 attention (checked at start)"""
+    train/oversized_sequences. Needs sdpa (run per sequence), eager or flash_attention_2 attention
+    (checked at start); false: padded rows"""
     logprob_chunk_tokens: PositiveInt | None = 1024
     """compute log-probs and entropy over chunks of this many tokens, recomputing each chunk's logits
     in backward, so no (rows, length, vocabulary) tensor is ever held; None: all logits at once"""

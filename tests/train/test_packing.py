@@ -315,10 +315,12 @@ def test_a_budget_below_one_prompt_trains_each_trajectory_alone(caplog):
 
 
 def test_the_config_flag_reaches_the_update_and_the_setup(make_cfg):
-    cfg = make_cfg(grpo__padding_free=True)
+    cfg = make_cfg()  # on by default
     assert UpdateSettings.from_config(cfg).padding_free
     assert TrainingSetup.from_config(cfg, torch.device("cpu")).padding_free
-    assert not UpdateSettings.from_config(make_cfg()).padding_free  # off by default in this slice
+    padded = make_cfg(grpo__padding_free=False)
+    assert not UpdateSettings.from_config(padded).padding_free
+    assert not TrainingSetup.from_config(padded, torch.device("cpu")).padding_free
 
 
 async def test_a_run_with_padding_free_trains_the_step_it_trains_padded(make_cfg):
