@@ -1,14 +1,16 @@
 """Does GRPO learn? A short run on the tiny-calculator preset, its held-out curve as a table and a plot.
 
     python bench/learning.py [--quick] [--steps 12] [--eval-every 4] [--out runs/bench-learning]
-                             [--dtypes float32 bfloat16]
+                             [--dtypes float32 bfloat16] [--layouts padded packed]
 
 The run is the bundled example config (examples/calculator/config.yaml) with only steps, eval
 cadence, the output folder and the compute dtype overridden, so the figures describe what `make demo`
 and notebook 03 train. It runs once per compute dtype (`model.dtype`; the master weights and AdamW
 state stay float32), one after the other with the same seeds: float32 is what a CPU run uses, bfloat16
 what a GPU run uses (CPU runs bfloat16 arithmetic the same way), so the bfloat16 row shows whether
-mixed precision learns as well. Writes <out>/learning.csv (one row per dtype and step; eval columns
+mixed precision learns as well. With `--layouts padded packed` each dtype also runs with
+`grpo.padding_free` (its run named `<dtype>-packed`): same seeds, so the two runs start from the
+same rollouts and show whether packed micro-batches learn as padded ones do. Writes <out>/learning.csv (one row per dtype and step; eval columns
 filled on eval steps) and <out>/learning.png (when matplotlib, from the `bench` extra, is installed),
 and prints the held-out evaluations side by side. Each run's own folder (metrics.jsonl, trajectories,
 checkpoints) is <out>/<dtype>; a previous bench run there is replaced. The figures also go to
@@ -67,6 +69,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES, help="compute dtypes, one run each"
     )
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        default=["padded"],
+        choices=LAYOUTS,
+        help="micro-batch layouts, one run each per dtype (packed: grpo.padding_free)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.eval_every = min(args.steps, 4), min(args.eval_every, 2)
@@ -75,15 +84,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 DTYPES = ("float32", "bfloat16")
 """compute dtypes compared (model.dtype); the master weights and AdamW state are float32 in both"""
+LAYOUTS = ("padded", "packed")
+"""micro-batch layouts compared: padded rows, or packed ones (grpo.padding_free)"""
 
 
-def run_config(steps: int, eval_every: int, out: Path, dtype: str = "float32") -> rf.RunConfig:
+def run_name(dtype: str, layout: str = "padded") -> str:
+    """A run's name and its key in the tables: its dtype, '-packed' when packed."""
+    return dtype if layout == "padded" else f"{dtype}-{layout}"
+
+
+def run_config(
+    steps: int, eval_every: int, out: Path, dtype: str = "float32", layout: str = "padded"
+) -> rf.RunConfig:
     out = out.resolve()
     return rf.example("calculator").config(
         {
-            "name": dtype,
+            "name": run_name(dtype, layout),
             "output_dir": str(out),
             "model.dtype": dtype,
+            "grpo.padding_free": layout == "packed",
             "model.master_dtype": "float32",
             "grpo.steps": steps,
             "grpo.eval_every": eval_every,
@@ -196,9 +215,30 @@ def summary(rows: list[dict[str, Any]], result: Any, cfg: rf.RunConfig, elapsed:
 def dtype_tables(runs: dict[str, list[dict[str, Any]]], eval_size: int = 64) -> str:
     """`before_after` for each compute dtype's run, each under a line naming it."""
     return "\n\n".join(
-        f"Compute dtype {dtype} (master weights and AdamW state float32):\n\n{before_after(rows, eval_size)}"
+        f"Compute dtype {describe(dtype)} (master weights and AdamW state float32):\n\n"
+        f"{before_after(rows, eval_size)}"
         for dtype, rows in runs.items()
     )
+
+
+def run_kinds(names: list[str]) -> str:
+    """What the runs compare, for a title.
+
+    >>> run_kinds(["float32", "float32-packed", "bfloat16", "bfloat16-packed"])
+    'float32 and bfloat16 compute, padded and packed micro-batches'
+    >>> run_kinds(["float32"])
+    'float32 compute'
+    """
+    dtypes = dict.fromkeys(name.partition("-")[0] for name in names) or {"float32": None}
+    layouts = dict.fromkeys(name.partition("-")[2] or "padded" for name in names)
+    kinds = f"{' and '.join(dtypes)} compute"
+    return kinds + (f", {' and '.join(layouts)} micro-batches" if len(layouts) > 1 else "")
+
+
+def describe(name: str) -> str:
+    """A run's name as the tables say it: 'float32-packed' -> 'float32, packed micro-batches'."""
+    dtype, _, layout = name.partition("-")
+    return f"{dtype}, {layout} micro-batches (grpo.padding_free)" if layout else dtype
 
 
 def dtype_bullets(by_dtype: dict[str, dict[str, Any]]) -> list[str]:
@@ -214,7 +254,8 @@ def dtype_bullets(by_dtype: dict[str, dict[str, Any]]) -> list[str]:
     )
     return [
         (
-            "- One run per compute dtype, one after the other in this process, same config and seeds: "
+            "- One run per compute dtype and layout, one after the other in this process, same config "
+            "and seeds: "
             f"{timing}, evaluations included."
         ),
         (
@@ -261,15 +302,18 @@ def markdown(
             "a coin-flip between calling the tool and guessing, and greedy decoding picks guessing.",
         )
     plot = ["![held-out reward vs step](bench/results/learning.png)"] if plotted else []
-    title = "GRPO learns the calculator task (tiny-calculator preset), float32 and bfloat16 compute"
+    title = f"GRPO learns the calculator task (tiny-calculator preset): {run_kinds(list(by_dtype))}"
     return section(title, "bench/learning.py", argv, machine, table, bullets, *plot)
 
 
-def train_once(args: argparse.Namespace, dtype: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """One training run in compute dtype `dtype`: its CSV rows and its summary."""
+def train_once(
+    args: argparse.Namespace, dtype: str, layout: str = "padded"
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One training run in compute dtype `dtype` and micro-batch `layout`: its CSV rows and its summary."""
     from rlfactory_nb.models import presets
 
-    cfg = run_config(args.steps, args.eval_every, args.out, dtype)
+    name = run_name(dtype, layout)
+    cfg = run_config(args.steps, args.eval_every, args.out, dtype, layout)
     if cfg.model.name in presets.PRESETS:
         presets.preset_path(cfg.model.name)  # a first-use build (minutes) is not part of the run's time
     if cfg.run_dir.exists():
@@ -278,8 +322,8 @@ def train_once(args: argparse.Namespace, dtype: str) -> tuple[list[dict[str, Any
     started = time.time()
     result = rf.train_sync(cfg)
     elapsed = time.time() - started
-    rows = table_rows(read_metrics(result.run_dir), started, dtype)
-    print(f"{dtype}: {result.step} steps in {elapsed / 60:.1f} min")
+    rows = table_rows(read_metrics(result.run_dir), started, name)
+    print(f"{name}: {result.step} steps in {elapsed / 60:.1f} min")
     return rows, summary(rows, result, cfg, elapsed)
 
 
@@ -287,7 +331,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     machine = machine_line()
-    runs = {dtype: train_once(args, dtype) for dtype in args.dtypes}
+    runs = {
+        run_name(dtype, layout): train_once(args, dtype, layout)
+        for dtype in args.dtypes
+        for layout in args.layouts
+    }
     rows = [row for dtype_rows, _ in runs.values() for row in dtype_rows]
     out = args.out.resolve()
     write_csv(rows, out / "learning.csv", COLUMNS)
@@ -297,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     eval_size = run_config(args.steps, args.eval_every, args.out).data.eval_size
     table = dtype_tables({dtype: dtype_rows for dtype, (dtype_rows, _) in runs.items()}, eval_size)
     by_dtype = {dtype: {k: v for k, v in run.items() if k != "rows"} for dtype, (_, run) in runs.items()}
-    data = {**runs[args.dtypes[0]][1], "by_dtype": by_dtype}
+    data = {**next(iter(runs.values()))[1], "by_dtype": by_dtype}
     data["peak_rss_mib"] = round(peak_rss_mib())
     write_result(NAME, data, markdown(data, table, plotted, argv, machine, args.out))
     print(table)
