@@ -112,6 +112,11 @@ def variants(shape: Shape) -> tuple[Variant, ...]:
             {"grpo.max_tokens_per_micro_batch": shape.tokens},
         ),
         (
+            "padding_free",
+            "+ padding-free (packed rows within the budget, per-sequence attention)",
+            {"grpo.padding_free": True},
+        ),
+        (
             "lora",
             f"+ LoRA rank {LORA_RANK}: all features",
             {"model.lora": {"rank": LORA_RANK, "alpha": 2 * LORA_RANK}},
@@ -226,6 +231,7 @@ def base_config(shape: Shape, overrides: dict[str, Any]) -> Any:
             "micro_batch_size": shape.rows,
             "logprob_chunk_tokens": None,
             "max_tokens_per_micro_batch": None,
+            "padding_free": False,
         },
     }
     return RunConfig.from_dict(base, overrides)
