@@ -138,7 +138,6 @@ def run_config(shape: CheckShape, device: str, lora_rank: int | None, master: st
                 "mini_batch_size": shape.prompts * shape.group,
                 "micro_batch_size": shape.prompts * shape.group,
                 "max_tokens_per_micro_batch": shape.token_budget,
-                "logprob_chunk_tokens": 1024,
             },
             "cluster": {"backend": "local"},
         }

@@ -83,7 +83,7 @@ class Shape:
 
 
 FULL = Shape(
-    vocab=151_936, hidden=128, layers=2, heads=2, rows=4, tokens=2048, trained=1536, chunk_tokens=1024
+    vocab=151_936, hidden=128, layers=2, heads=2, rows=4, tokens=2048, trained=1536, chunk_tokens=256
 )
 QUICK = Shape(vocab=512, hidden=32, layers=1, heads=2, rows=4, tokens=64, trained=48, chunk_tokens=16)
 

@@ -254,9 +254,10 @@ class GRPOConfig:
     trajectories per row); a trajectory longer than that is a row of its own, counted in
     train/oversized_sequences. Needs sdpa (run per sequence), eager or flash_attention_2 attention
     (checked at start); false: padded rows"""
-    logprob_chunk_tokens: PositiveInt | None = 1024
+    logprob_chunk_tokens: PositiveInt | None = 256
     """compute log-probs and entropy over chunks of this many tokens, recomputing each chunk's logits
-    in backward, so no (rows, length, vocabulary) tensor is ever held; None: all logits at once"""
+    in backward, so no (rows, length, vocabulary) tensor is ever held (two (chunk, vocabulary) float32
+    buffers are: 311 MB at Qwen3's vocabulary); None: all logits at once"""
     keep_last: NonNegativeInt = 3
     """checkpoints kept on disk (older ones are deleted; 0 keeps all)"""
     trajectories_per_step: Annotated[int, Range(ge=-1)] = 32

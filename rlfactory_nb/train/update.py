@@ -73,7 +73,7 @@ class UpdateSettings:
     seed: int = 0
     max_tokens_per_micro_batch: int | None = None
     padding_free: bool = False
-    logprob_chunk_tokens: int | None = 1024
+    logprob_chunk_tokens: int | None = 256
     precision: Precision = FLOAT32
     lr_schedule: LRSchedule | None = None
     """None: the optimizer's rate is left as it is"""

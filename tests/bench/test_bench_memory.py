@@ -38,7 +38,10 @@ def test_each_variant_adds_one_feature_to_the_one_before():
         assert len(after.overrides) == len(before.overrides) + 1
         assert before.overrides.items() <= after.overrides.items()
     every = ours[-1].overrides
-    assert every["grpo.logprob_chunk_tokens"] == 1024 and every["model.gradient_checkpointing"]
+    assert (
+        every["grpo.logprob_chunk_tokens"] == memory.FULL.chunk_tokens
+        and every["model.gradient_checkpointing"]
+    )
     assert every["grpo.max_tokens_per_micro_batch"] == 2048 and every["model.lora"]["rank"] == 16
 
 

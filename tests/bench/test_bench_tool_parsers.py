@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import tool_parsers  # noqa: E402
+from bench import tool_parsers
 
 pytestmark = pytest.mark.skipif(
     not (tool_parsers.TEMPLATES / "qwen3_5.jinja").exists(), reason="reference templates absent"
