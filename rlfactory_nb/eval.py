@@ -29,6 +29,7 @@ from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.metrics import reward_metrics, rollout_metrics
@@ -130,6 +131,17 @@ HeldOut = dict[str, tuple[list[Trajectory], list[RewardOutcome]]]
 """mode ("sampled", "greedy") -> one trajectory per prompt and its reward outcome"""
 
 
+EVAL_STEP = -1
+"""the `SampleId.step` of every held-out rollout (training steps count from 1)"""
+
+
+def held_out_ids(cfg: RunConfig) -> Callable[[int, int], SampleId]:
+    """Names for held-out rollouts: (grpo.seed, EVAL_STEP, prompt, sample), the same at every
+    evaluation, so one policy evaluated twice samples the same tokens and two policies (base and
+    trained, two checkpoints) are compared on the same random numbers, whatever order requests ran in."""
+    return lambda prompt, sample: SampleId(cfg.grpo.seed, EVAL_STEP, prompt, sample)
+
+
 async def held_out_rollouts(
     cfg: RunConfig, agent_at: Callable[[float], Agent], rows: Sequence[Row], reward: RewardRunner
 ) -> HeldOut:
@@ -138,7 +150,9 @@ async def held_out_rollouts(
     results: HeldOut = {}
     for mode in MODES:
         temperature = cfg.rollout.temperature if mode == "sampled" else 0.0
-        groups = await rollout_groups(agent_at(temperature), list(rows), 1, cfg.rollout.max_in_flight)
+        groups = await rollout_groups(
+            agent_at(temperature), list(rows), 1, cfg.rollout.max_in_flight, sample_ids=held_out_ids(cfg)
+        )
         outcomes = await reward.score_groups([[Sample.from_trajectory(group[0])] for group in groups])
         results[mode] = ([group[0] for group in groups], [scored[0] for scored in outcomes])
     return results

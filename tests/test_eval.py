@@ -31,6 +31,17 @@ async def test_report_matches_its_rows_and_greedy_is_deterministic(tiny_policy, 
     assert "tiny" in report._repr_html_() and "<svg" in report.view().static_html()
 
 
+@pytest.mark.slow
+async def test_one_engine_evaluated_twice_samples_the_same_tokens(tiny_policy, cfg):
+    """Held-out requests are seeded per prompt (eval.held_out_ids), not drawn from the engine's
+    generator, whose state the first evaluation moved on."""
+    engine = tiny_policy.engine("hf", seed=0)
+    first = await evaluate(engine, "synthetic:calculator-heldout", cfg, limit=6)
+    second = await evaluate(engine, "synthetic:calculator-heldout", cfg, limit=6)
+    sampled = [t.response_ids for t in first.trajectories["sampled"]]
+    assert [t.response_ids for t in second.trajectories["sampled"]] == sampled
+
+
 def test_compare_gives_deltas_and_changed_prompts():
     def report(label, rewards):
         rows = [EvalRow(i, "q", "1", "a", r, "a", r, 1) for i, r in enumerate(rewards)]
