@@ -149,6 +149,15 @@ def stand_in_reward(response_ids: list[int]) -> float:
     return zlib.crc32(str(response_ids).encode()) / 2**32
 
 
+def check_model(shape: CheckShape, device: torch.device) -> Any:
+    """The check's random Qwen3 (seed 0, float32) of `shape`, built on `device`."""
+    with torch.device(device):
+        return random_qwen3(
+            shape.vocab, shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate,
+            head_dim=shape.head_dim,
+        )  # fmt: skip
+
+
 class Memory:
     """Peak memory of the device the check runs on: CUDA's allocator, or the process RSS on CPU."""
 
@@ -191,11 +200,7 @@ async def run_mode(
     name, lora_rank, master, steps = mode
     cfg = run_config(shape, device.type, lora_rank, master)
     memory.reset()
-    with torch.device(device):
-        model = random_qwen3(
-            shape.vocab, shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate,
-            head_dim=shape.head_dim,
-        ).to(getattr(torch, master))  # fmt: skip
+    model = check_model(shape, device).to(getattr(torch, master))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     policy = Policy(model=model, tokenizer=tokenizer, path=Path("random-qwen3"), name="random-qwen3")
@@ -276,11 +281,7 @@ def run_packing(shape: CheckShape, device: torch.device, memory: Memory, smoke: 
         cfg = run_config(shape, device.type, None, "float32")
         cfg = type(cfg).from_dict(cfg.to_dict(), {"grpo.padding_free": layout == "packed"})
         memory.reset()
-        with torch.device(device):
-            model = random_qwen3(
-                shape.vocab, shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate,
-                head_dim=shape.head_dim,
-            )  # fmt: skip
+        model = check_model(shape, device)
         model.set_attn_implementation(attention)
         model = TrainingSetup.from_config(cfg, device).prepare(model).train()
         settings = UpdateSettings.from_config(cfg, device)

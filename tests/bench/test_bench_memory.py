@@ -23,16 +23,13 @@ from bench import _common, memory
 HAS_TRL = importlib.util.find_spec("trl") is not None
 
 
+OURS = ("today", "chunked", "checkpointing", "token_budget", "padding_free", "lora")
+"""our variants, in order: each adds one feature to the one before"""
+
+
 def test_each_variant_adds_one_feature_to_the_one_before():
     ours = [v for v in memory.variants(memory.FULL) if v.name != "trl"]
-    assert [v.name for v in ours] == [
-        "today",
-        "chunked",
-        "checkpointing",
-        "token_budget",
-        "padding_free",
-        "lora",
-    ]
+    assert [v.name for v in ours] == list(OURS)
     assert ours[0].overrides == {}
     for before, after in itertools.pairwise(ours):
         assert len(after.overrides) == len(before.overrides) + 1
@@ -106,15 +103,7 @@ def test_quick_run_measures_every_variant(tmp_path, monkeypatch):
     monkeypatch.setattr(_common, "RESULTS_DIR", tmp_path)
     memory.main(["--quick"])
     data = json.loads((tmp_path / "memory.json").read_text())
-    assert set(data["variants"]) == {
-        "today",
-        "chunked",
-        "checkpointing",
-        "token_budget",
-        "padding_free",
-        "lora",
-        "trl",
-    }
+    assert set(data["variants"]) == {*OURS, "trl"}
     for name, entry in data["variants"].items():
         assert entry["status"] == "ok", (name, entry["status"])
         assert entry["median_step_s"] > 0 and entry["peak_rss_mib"] > entry["ready_rss_mib"] * 0.9
