@@ -1,6 +1,7 @@
 """One Ray of three nodes on this machine for every test here (`ray.cluster_utils.Cluster`; 30-40 s to
 start on 2 cores): a head of 1 CPU (the kernel's), node2 of 1 CPU offering {"node2": 1} and node3 of
-2 CPUs offering {"node3": 1}, every server on 127.0.0.1. A test may replace node3 (`nodes.replace`);
+2 CPUs offering {"node3": 1}, every server on 127.0.0.1. A test may kill and replace node3 (`nodes.replace`;
+a test that fails between the two leaves the next test all three, `nodes.restore`);
 `node_id` finds a node by its resource, whichever it is now. These tests run in one pytest-xdist
 group (tests/conftest.py), on a worker of their own: a process holds one Ray."""
 
@@ -42,6 +43,12 @@ class Nodes:
         with _single_node():
             self.worker[name] = self._add(name)
 
+    def restore(self) -> None:
+        """Every node back, after a test that killed one failed before replacing it."""
+        for name in CPUS:
+            if name not in self.worker:
+                self.replace(name)
+
     def node_id(self, name: str) -> str:
         return self.worker[name].node_id
 
@@ -51,7 +58,14 @@ class Nodes:
 
 
 @pytest.fixture(scope="package")
-def nodes():
+def package_nodes():
     started = Nodes()
     yield started
     started.shutdown()
+
+
+@pytest.fixture
+def nodes(package_nodes):
+    """The package's nodes, all three present whatever the test before did to them."""
+    package_nodes.restore()
+    return package_nodes

@@ -62,6 +62,10 @@ def config(uri: str, steps: int) -> RunConfig:
     )  # fmt: skip
 
 
+def last_step(checkpoints: list) -> int:
+    return int(str(checkpoints[-1]).rsplit("_", 1)[-1]) if checkpoints else 0
+
+
 def attach_elsewhere(address: str, uri: str) -> dict:
     """What a new process (another kernel) reads of the job, through Ray and the run's URI alone."""
     script = (
@@ -110,12 +114,13 @@ def test_a_job_over_three_nodes_with_its_run_on_storage(nodes, tmp_path, monkeyp
     (tmp_path / "kernel").mkdir()
     monkeypatch.chdir(tmp_path / "kernel")  # a kernel in another folder: nothing of the first launch's is left
     resumed = launch(config(uri, LONG), cluster, resume=True, linger_s=20, num_cpus=1)
-    wait_for(lambda: len(resumed.metrics()) >= 3, 400, "the resumed job did not reach step 3")
+    # A step's metrics row is written before its checkpoint (loop.py), so wait for the checkpoint.
+    wait_for(lambda: last_step(resumed.checkpoints) >= 3, 400, "the resumed job did not checkpoint step 3")
     nodes.kill("node3")  # the worker and the engine go with it, mid-step
     with pytest.raises(JobFailed, match=r"step \d+ failed during .*(policy worker 0 of 1|engine actor 0) on node 127\.0\.0\.1 node3"):
         resumed.wait(timeout_s=300)
     kept = TrainingJob.attach("spread", output_dir=uri).checkpoints
-    last = int(str(kept[-1]).rsplit("_", 1)[-1])
+    last = last_step(kept)
     assert 3 <= last < LONG and len(kept) == 2  # grpo.keep_last applies on storage too
 
     nodes.replace("node3")
