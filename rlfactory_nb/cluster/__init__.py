@@ -1,7 +1,29 @@
-"""Ray at the edge: connecting a kernel to a cluster, and training jobs that run on it."""
+"""Ray at the edge: connecting a kernel to a cluster, and training jobs that run on it.
 
-from rlfactory_nb.cluster.jobs import JobExistsError, JobFailed, TrainingJob, launch
-from rlfactory_nb.cluster.ray_cluster import Cluster, ClusterResources, NodeInfo
-from rlfactory_nb.cluster.run_folder import RunFolder
+The names below are imported on first use. Ray imports this package in every actor process it
+starts for a class defined here, so an eager import of `jobs` (torch, transformers, the presets:
+about 9 s of CPU) was paid by actors that need none of it, such as the tool cache's.
+"""
 
-__all__ = ["Cluster", "ClusterResources", "JobExistsError", "JobFailed", "NodeInfo", "RunFolder", "TrainingJob", "launch"]
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["JobExistsError", "JobFailed", "TrainingJob", "launch"], "jobs"),
+    **dict.fromkeys(["Cluster", "ClusterResources", "NodeInfo"], "ray_cluster"),
+    "RunFolder": "run_folder",
+}
+
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy table is the single list of public names
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlfactory_nb.cluster' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"rlfactory_nb.cluster.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

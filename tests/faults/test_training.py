@@ -219,10 +219,12 @@ def test_a_typo_in_the_config_is_reported_by_the_cli_without_a_traceback(make_cf
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "max_staleness_1"])
-async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no_step(make_cfg, asynchronous):
-    """Slow: a local Ray starts with two policy workers, a run fails on the killed one, and a second run
+async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no_step(
+    shared_ray, make_cfg, asynchronous
+):
+    """Slow: two policy workers on the module's Ray, a run fails on the killed one, and a second run
     resumes it."""
-    ray = pytest.importorskip("ray")
+    ray = shared_ray
     cfg = make_cfg(
         **(ASYNC if asynchronous else {}),
         grpo__steps=4,
@@ -254,7 +256,10 @@ async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no
     finally:
         await trainer.close()
     message = str(failed.value)
-    found = re.search(rf"step (\d) failed during the (policy update|weight sync): policy worker 1 of 2 on node 127\.0\.0\.1 \(pid {victim['pid']}\) died", message)
+    found = re.search(
+        rf"step (\d) failed during the (policy update|weight sync): policy worker 1 of 2 on node 127\.0\.0\.1 \(pid {victim['pid']}\) died",
+        message,
+    )
     assert found, message
     step = int(found.group(1))
     assert step == 3 or (asynchronous and step == 2)  # asynchronous: step 3's rewards ran during step 2
@@ -263,11 +268,8 @@ async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no
     assert [row["step"] for row in read_metrics(cfg.run_dir)] == list(range(1, step))
     assert (load_latest(cfg.run_dir) or SimpleNamespace(step=None)).step == kept
 
-    try:
-        resumed = []
-        result = await train(cfg, resume=True, on_step=lambda row: resumed.append(row["step"]))
-    finally:
-        ray.shutdown()
+    resumed = []
+    result = await train(cfg, resume=True, on_step=lambda row: resumed.append(row["step"]))
     assert resumed == list(range((kept or 0) + 1, 5))
     assert [row["step"] for row in read_metrics(cfg.run_dir)] == [1, 2, 3, 4]
     assert result.checkpoint == load_latest(cfg.run_dir).path and load_latest(cfg.run_dir).step == 4
@@ -276,9 +278,11 @@ async def test_a_policy_worker_killed_mid_step_fails_clearly_and_resume_loses_no
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "max_staleness_1"])
-async def test_an_engine_actor_killed_between_steps_fails_the_next_rollouts_clearly(make_cfg, asynchronous):
-    """Slow: a local Ray starts with a policy worker and an engine actor for two runs of steps."""
-    ray = pytest.importorskip("ray")
+async def test_an_engine_actor_killed_between_steps_fails_the_next_rollouts_clearly(
+    shared_ray, make_cfg, asynchronous
+):
+    """Slow: on the module's Ray, a policy worker and an engine actor for two runs of steps."""
+    ray = shared_ray
     cfg = make_cfg(
         **(ASYNC if asynchronous else {}),
         grpo__steps=3,
@@ -303,14 +307,18 @@ async def test_an_engine_actor_killed_between_steps_fails_the_next_rollouts_clea
             await trainer.run(on_step=kill_engine_after_step_1)
     finally:
         await trainer.close()
-        ray.shutdown()
     message = str(failed.value)
     if asynchronous:  # step 2's rollouts may be done before the kill: then step 2's sync or step 3 fails
-        found = re.search(rf"step (\d) failed during the (rollouts|weight sync): engine actor 0 on node 127\.0\.0\.1 \(pid {pid}\) died", message)
+        found = re.search(
+            rf"step (\d) failed during the (rollouts|weight sync): engine actor 0 on node 127\.0\.0\.1 \(pid {pid}\) died",
+            message,
+        )
         assert found and found.group(1) in "23", message
         assert load_latest(cfg.run_dir).step == int(found.group(1)) - 1
     else:
-        assert f"step 2 failed during the rollouts: engine actor 0 on node 127.0.0.1 (pid {pid}) died" in message
+        assert (
+            f"step 2 failed during the rollouts: engine actor 0 on node 127.0.0.1 (pid {pid}) died" in message
+        )
         assert "step_000001" in message
         assert load_latest(cfg.run_dir).step == 1
     assert "resume" in message

@@ -116,10 +116,9 @@ async def test_resume_from_a_mixed_precision_checkpoint_continues_bit_for_bit(ma
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-async def test_two_gloo_ranks_in_bfloat16_compute_learn_at_lr_1e6(make_cfg, strategy):
-    """Slow: a local Ray starts with two gloo-ranked policy workers, and the run is compared with one
+async def test_two_gloo_ranks_in_bfloat16_compute_learn_at_lr_1e6(shared_ray, make_cfg, strategy):
+    """Slow: on the module's Ray, two gloo-ranked policy workers, and the run is compared with one
     process."""
-    ray = pytest.importorskip("ray")
     cfg = make_cfg(
         model__dtype="bfloat16",
         grpo__lr=LR,
@@ -139,7 +138,6 @@ async def test_two_gloo_ranks_in_bfloat16_compute_learn_at_lr_1e6(make_cfg, stra
         after = (await trainer.backend.worker_states())[0]
     finally:
         await trainer.close()
-        ray.shutdown()
     assert all(t.dtype == torch.float32 for t in after.values())
     assert changed_fraction(before, after) > 0.5
     local = TrainingSetup.from_config(cfg, torch.device("cpu")).prepare(tiny_random_qwen3())

@@ -114,9 +114,8 @@ def test_bad_schedules_are_config_errors_naming_the_field(overrides, message):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-async def test_ray_policy_workers_follow_the_schedule(make_cfg, strategy):
-    """Slow: a local Ray starts with two gloo-ranked policy workers."""
-    ray = pytest.importorskip("ray")
+async def test_ray_policy_workers_follow_the_schedule(shared_ray, make_cfg, strategy):
+    """Slow: on the module's Ray, two gloo-ranked policy workers."""
     from rlfactory_nb.train.loop import Trainer
 
     cfg = make_cfg(
@@ -141,7 +140,6 @@ async def test_ray_policy_workers_follow_the_schedule(make_cfg, strategy):
         assert state["param_groups"][0]["lr"] == pytest.approx(schedule.rate(3))
     finally:
         await trainer.close()
-        ray.shutdown()
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

@@ -125,12 +125,11 @@ async def test_vllm_engine_samples_from_the_updated_policy_and_loads_its_checkpo
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("weight_sync", ["broadcast", "object_store"])
 async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(
-    vllm_model_dir, tmp_path, weight_sync
+    shared_ray, vllm_model_dir, tmp_path, weight_sync
 ):
     """The Ray backend: a policy worker and a vLLM engine actor; the new weights reach vLLM's model
     worker by a gloo broadcast from the policy worker, or through the object store.
-    Slow: a local Ray starts, and a vLLM engine actor on CPU (model load and compile)."""
-    ray = pytest.importorskip("ray")
+    Slow: a vLLM engine actor on CPU (model load and compile)."""
     base = vllm_config(vllm_model_dir, tmp_path)
     cfg = base.replace(
         {
@@ -156,7 +155,6 @@ async def test_vllm_engine_actor_on_ray_samples_from_the_updated_policy(
         assert worst_gap(generation.logprobs, stale) > 10 * tolerance, "the update did not change the policy"
     finally:
         await trainer.close()
-        ray.shutdown()
 
 
 @pytest.mark.timeout(400)

@@ -23,9 +23,10 @@ def model_with(state):
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-async def test_data_parallel_workers_update_like_one_process_and_the_engine_follows(make_cfg, strategy):
-    """Slow: a local Ray starts with two policy workers and an engine actor."""
-    ray = pytest.importorskip("ray")
+async def test_data_parallel_workers_update_like_one_process_and_the_engine_follows(
+    shared_ray, make_cfg, strategy
+):
+    """Slow: on the module's Ray, two policy workers and an engine actor."""
     started = time.perf_counter()
     cfg = make_cfg(
         cluster__strategy=strategy,
@@ -72,14 +73,12 @@ async def test_data_parallel_workers_update_like_one_process_and_the_engine_foll
             assert torch.allclose(tensor, after[name], atol=1e-5), name
     finally:
         await trainer.close()
-        ray.shutdown()
     assert time.perf_counter() - started < 90
 
 
-async def test_broadcast_weight_sync_reaches_every_engine_and_colocated_engines_wake(make_cfg):
+async def test_broadcast_weight_sync_reaches_every_engine_and_colocated_engines_wake(shared_ray, make_cfg):
     """weight_sync=broadcast: worker 0 sends over a gloo group to two engine actors, which sleep
     during the update (colocate) and must generate from the new weights after the sync."""
-    ray = pytest.importorskip("ray")
     cfg = make_cfg(
         grpo__steps=1,
         cluster__backend="ray",
@@ -110,13 +109,11 @@ async def test_broadcast_weight_sync_reaches_every_engine_and_colocated_engines_
             assert not torch.allclose(engine_logprobs, stale, atol=1e-3), "the engine kept old weights"
     finally:
         await trainer.close()
-        ray.shutdown()
 
 
-async def test_asynchronous_steps_on_ray_train_on_samples_at_most_one_version_old(make_cfg):
+async def test_asynchronous_steps_on_ray_train_on_samples_at_most_one_version_old(shared_ray, make_cfg):
     """max_staleness 1 with a broadcast sync: the engine actor generates step s+1 while the worker
     updates step s, takes the weights between its batches, and reports the version it holds."""
-    ray = pytest.importorskip("ray")
     from rlfactory_nb.train.metrics import read_metrics
     from rlfactory_nb.types import load_jsonl
 
@@ -139,7 +136,6 @@ async def test_asynchronous_steps_on_ray_train_on_samples_at_most_one_version_ol
         assert generation.policy_version == trainer.engine.sent_version > 0
     finally:
         await trainer.close()
-        ray.shutdown()
     rows = read_metrics(cfg.run_dir)
     assert [row["step"] for row in rows] == [1, 2, 3]
     assert max(row["async/staleness_max"] for row in rows) == 1
@@ -150,10 +146,9 @@ async def test_asynchronous_steps_on_ray_train_on_samples_at_most_one_version_ol
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 async def test_lora_on_two_workers_updates_like_one_process_and_engines_get_merged_weights(
-    make_cfg, strategy
+    shared_ray, make_cfg, strategy
 ):
-    """Slow: a local Ray starts with two policy workers and engine actors."""
-    ray = pytest.importorskip("ray")
+    """Slow: on the module's Ray, two policy workers and engine actors."""
     from rlfactory_nb.models import lora
 
     cfg = make_cfg(
@@ -203,4 +198,3 @@ async def test_lora_on_two_workers_updates_like_one_process_and_engines_get_merg
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
     finally:
         await trainer.close()
-        ray.shutdown()
