@@ -81,16 +81,12 @@ def shared_ray():
     """One local Ray for a module's in-process `cluster.backend: ray` runs, which find it started
     (`cluster/workers.start_ray`) instead of each starting and stopping their own: a start and stop
     costs about 24 CPU-seconds and 16 s here. Each run removes its actors and reservation when it
-    closes. Its 6 logical CPUs fit the largest of those runs; no idle workers are prestarted, since
-    every actor of a run starts its own process."""
+    closes. Its 6 logical CPUs fit the largest of those runs."""
     ray = pytest.importorskip("ray")
     from rlfactory_nb.cluster.ray_cluster import start_local
 
     os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
-    start_local(
-        num_cpus=6, object_store_memory=512 * 2**20, include_dashboard=False,
-        _system_config={"prestart_worker_first_driver": False},
-    )  # fmt: skip
+    start_local(num_cpus=6, object_store_memory=512 * 2**20, include_dashboard=False)
     yield ray
     ray.shutdown()
 

@@ -208,9 +208,14 @@ def start_local(**options: Any) -> Any:
 
     On a busy machine the raylet can give up waiting for its agent processes (Ray allows them about
     15 s to start, and `ray.init` the node 30 s, neither configurable), so a start that times out is
-    retried, twice at most: the agents' imports are then warm in the page cache."""
+    retried, twice at most: the agents' imports are then warm in the page cache.
+
+    Ray prestarts idle worker processes when the first driver connects. Our actors never use them:
+    a job's actors carry its runtime_env, which an idle worker lacks. Each one costs about 5 CPU-s
+    on 2 cores, so they are off; the 2026-12-02 suite started 27 that never ran anything."""
     import ray
 
+    options["_system_config"] = {"prestart_worker_first_driver": False, **options.get("_system_config", {})}
     for attempt in range(3):
         try:
             with _single_node():

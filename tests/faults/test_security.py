@@ -146,6 +146,7 @@ EVALUATORS = {"eval", "exec", "compile", "__import__"}
 # Dynamic imports, each of a name from a config file or the package's own table, never model text.
 DYNAMIC_IMPORTS = {
     ("__init__.py", "import_module"),  # lazy attributes of rlfactory_nb itself
+    ("cluster/__init__.py", "import_module"),  # lazy attributes of rlfactory_nb.cluster, from its constant table
     ("rewards/loading.py", "import_module"),  # reward.function from the run config
     ("rewards/loading.py", "exec_module"),  # reward.function given as a file path in the run config
     ("tools/python.py", "import_module"),  # functions: entries of the tools config
