@@ -10,6 +10,7 @@ step of each warms allocators and kernels and is discarded.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -23,7 +24,7 @@ from rlfactory_nb.models.presets import calculator, tiny_config
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.models.presets.warmstart import (
     WarmStartConfig,
-    make_examples,
+    draw_batch,
     prefix_shared_loss,
     shared_prefix_length,
 )
@@ -60,8 +61,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     tokenizer = build_tokenizer()
-    examples = make_examples(
-        tokenizer, WarmStartConfig(examples=256), [calculator.CALCULATOR_TOOL], tool_share=0.4
+    examples = draw_batch(
+        random.Random(0), tokenizer, WarmStartConfig(batch_size=256), [calculator.CALCULATOR_TOOL], 0.4, set()
     )
     prefix = shared_prefix_length(examples)
     model = Qwen3ForCausalLM(tiny_config())

@@ -32,7 +32,7 @@ from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, c
 from rlfactory_nb.models.presets.warmstart import WarmStartConfig, warm_start
 
 PRESETS = ("tiny-calculator",)
-RECIPE_VERSION = 3  # bump when the recipe changes in code (data, curriculum), not only in config
+RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), not only in config
 
 
 def cache_dir() -> Path:

@@ -7,7 +7,7 @@ The model then calls the tool part of the time and is often wrong when it does n
 
 Copying digits (question -> expression, tool result -> answer) is the hard part for a 1M-parameter
 model, and a fixed training time sometimes falls short (see NOTES.md), so training runs until a
-quality gate passes on held-out questions, within a step budget.
+quality gate passes on held-out questions, within a step budget. Every step draws new questions.
 
 The copy is learned first on short conversations that all call the tool (no tool list in the
 system prompt, so every step is cheap and full of digits to copy), then on the real prompts with the
@@ -37,8 +37,8 @@ from rlfactory_nb.types import Message
 class WarmStartConfig:
     tool_share: float = 0.4
     """share of conversations that call the calculator (the rest guess)"""
-    examples: int = 3000
-    """distinct training conversations"""
+    heldout: int = 48
+    """held-out questions the gate is measured on"""
     batch_size: int = 32
     lr: float = 6e-3
     """AdamW peak learning rate (warmup then cosine)"""
@@ -49,8 +49,9 @@ class WarmStartConfig:
     """the budget is in steps, never seconds: a wall-clock limit on a loaded machine (measured: 16
     steps in 900 s at load 16 on 2 cores) cached an untrained preset; steps keep the build deterministic"""
     check_every: int = 50
-    gate: float = 0.6
-    """stop once both copy accuracies on held-out questions reach this"""
+    gate: float = 0.95
+    """stop once both copy accuracies on held-out questions reach this (measured: 1.00 and 1.00 at
+    step 700 in 259 s on one thread; 0.985 on 200 questions of the task's held-out split)"""
     seed: int = 0
 
 
@@ -72,18 +73,26 @@ def encode_conversation(tokenizer: Any, messages: list[Message], tools: list[dic
     return ids, mask
 
 
-def make_examples(
-    tokenizer: Any, cfg: WarmStartConfig, tools: list[dict] | None, tool_share: float
+def draw_batch(
+    rng: random.Random, tokenizer: Any, cfg: WarmStartConfig, tools: list[dict] | None, tool_share: float,
+    excluded: set[str],
 ) -> list[tuple[list[int], list[int]]]:
-    rng = random.Random(cfg.seed)
-    examples = []
-    for question in calculator.questions(cfg.examples, seed=cfg.seed + 100):
+    """`cfg.batch_size` conversations on questions never seen before (almost surely: 2.4M exist).
+
+    Every step draws fresh questions: a fixed pool of 3,000 seen four times over let the model
+    memorize answers instead of learning to copy them (held-out result copy plateaued near 0.7).
+    Questions in `excluded` (the held-out ones) are never trained on."""
+    batch = []
+    while len(batch) < cfg.batch_size:
+        question = calculator.make_question(rng)
+        if question.expression in excluded:
+            continue
         if rng.random() < tool_share:
             conversation = calculator.tool_conversation(question)
         else:
             conversation = calculator.direct_conversation(question)
-        examples.append(encode_conversation(tokenizer, conversation, tools))
-    return examples
+        batch.append(encode_conversation(tokenizer, conversation, tools))
+    return batch
 
 
 def shared_prefix_length(examples: list[tuple[list[int], list[int]]]) -> int:
@@ -133,11 +142,22 @@ def copy_accuracy(model: Any, tokenizer: Any, questions: list[calculator.Questio
         after_tool = calculator.tool_conversation(question)[:3] + [{"role": "assistant", "content": ""}]
         ids, _ = encode_conversation(tokenizer, after_tool, tools)
         answer_prompts.append(ids[:-1] + answer_prefix)
-    expressions = greedy(model, tokenizer, call_prompts, 12)
-    answers = greedy(model, tokenizer, answer_prompts, 10)
-    expression_ok = sum(text.startswith(q.expression + '"') for q, text in zip(questions, expressions))
-    result_ok = sum(text.startswith(f"{q.answer}</answer>") for q, text in zip(questions, answers))
+    wanted_calls = [q.expression + '"' for q in questions]
+    wanted_answers = [calculator.answer_text(q.answer).removeprefix("<answer>") for q in questions]
+    expressions = greedy(model, tokenizer, call_prompts, _longest(tokenizer, wanted_calls))
+    answers = greedy(model, tokenizer, answer_prompts, _longest(tokenizer, wanted_answers))
+    expression_ok = sum(text.startswith(wanted) for wanted, text in zip(wanted_calls, expressions))
+    result_ok = sum(text.startswith(wanted) for wanted, text in zip(wanted_answers, answers))
     return expression_ok / len(questions), result_ok / len(questions)
+
+
+def _longest(tokenizer: Any, texts: list[str]) -> int:
+    """Tokens enough to generate any of `texts` (plus one, in case a merge differs at its end).
+
+    Too short a budget fails every long answer however well it is copied: with 10 tokens, every
+    6-digit product's "</answer>" was cut off and counted wrong, and the gate read 0.7 for a
+    model that copied all of them (found 2026-12-04)."""
+    return 1 + max(len(tokenizer.encode(text, add_special_tokens=False)) for text in texts)
 
 
 @torch.no_grad()
@@ -165,12 +185,10 @@ def warm_start(
 ) -> dict[str, float]:
     """Train `model` in place until the copy gate passes or the budget ends; returns final metrics."""
     torch.manual_seed(cfg.seed)
-    phases = [
-        make_examples(tokenizer, cfg, None, tool_share=1.0),
-        make_examples(tokenizer, cfg, [calculator.CALCULATOR_TOOL], tool_share=cfg.tool_share),
-    ]
-    prefix_lengths = [shared_prefix_length(examples) for examples in phases]
-    heldout = calculator.questions(48, seed=cfg.seed + 200)
+    heldout = calculator.questions(cfg.heldout, seed=cfg.seed + 200)
+    excluded = {q.expression for q in heldout} | {
+        q.expression for q in calculator.questions(HELDOUT_EXCLUDED, seed=calculator.HELDOUT_SEED)
+    }
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
     rng = random.Random(cfg.seed)
     start, step, metrics = time.monotonic(), 0, {"expression_copy": 0.0, "result_copy": 0.0}
@@ -178,9 +196,11 @@ def warm_start(
         model.train()
         for group in optimizer.param_groups:
             group["lr"] = _schedule(step, cfg)
-        phase = 0 if step < cfg.short_prompt_steps else 1
-        batch = rng.sample(phases[phase], cfg.batch_size)
-        loss = prefix_shared_loss(model, batch, prefix_lengths[phase], tokenizer.pad_token_id)
+        if step < cfg.short_prompt_steps:
+            batch = draw_batch(rng, tokenizer, cfg, None, 1.0, excluded)
+        else:
+            batch = draw_batch(rng, tokenizer, cfg, [calculator.CALCULATOR_TOOL], cfg.tool_share, excluded)
+        loss = prefix_shared_loss(model, batch, shared_prefix_length(batch), tokenizer.pad_token_id)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -196,6 +216,10 @@ def warm_start(
                 break
     model.eval()
     return {**metrics, "seconds": time.monotonic() - start, "step": step}
+
+
+HELDOUT_EXCLUDED = 1000
+"""the first questions of the task's held-out split (`calculator.dataset("heldout", n)`), never trained on"""
 
 
 def _schedule(step: int, cfg: WarmStartConfig) -> float:
