@@ -80,6 +80,21 @@ def run_notebooks(
     return executed
 
 
+def kernel_options() -> dict[str, Any]:
+    """Encrypted kernel sockets where pyzmq has CurveZMQ, else papermill's defaults.
+
+    ipykernel 7.4 warns on every kernel whose sockets are plain TCP ("Kernel is running over TCP
+    without encryption"), four times in `make demo`, and it is right: any local user can connect to
+    127.0.0.1. The kernel manager then provisions Curve keys when the kernelspec declares support
+    (ipykernel's does), which silences the warning by removing its cause."""
+    import zmq
+    from traitlets.config import Config
+
+    if not zmq.has("curve"):
+        return {}
+    return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
+
+
 def _execute(papermill: Any, notebook: Path, target: Path, parameters: dict[str, Any], cwd: str, timeout_s: int) -> None:
     """papermill, run again once when a cell times out or the kernel dies: the kernel/client pair
     sometimes loses a cell's reply (the kernel sits idle, the cell never completes; papermill #711,
@@ -90,7 +105,7 @@ def _execute(papermill: Any, notebook: Path, target: Path, parameters: dict[str,
         try:
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=parameters, cwd=cwd,
-                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
+                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s, **kernel_options(),
             )
             return
         except (CellTimeoutError, DeadKernelError, TimeoutError) as error:

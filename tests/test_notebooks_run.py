@@ -54,3 +54,28 @@ def test_a_notebook_whose_cell_reply_is_lost_runs_once_more_and_a_second_loss_is
     with pytest.raises(CellTimeoutError):
         _execute(twice, tmp_path / "02.ipynb", tmp_path / "out.ipynb", {}, str(tmp_path), 900)
     assert twice.calls == 2
+
+
+def test_notebook_kernels_talk_over_encrypted_sockets_and_print_no_warning(tmp_path, capfd):
+    """ipykernel 7.4 prints "Kernel is running over TCP without encryption" for every plain kernel:
+    four times in `make demo`. A real kernel, run as the demo runs it."""
+    import nbformat
+    import papermill
+    import zmq
+
+    from rlfactory_nb.notebooks_run import _execute
+
+    if not zmq.has("curve"):
+        pytest.skip("this pyzmq's libzmq has no CurveZMQ")
+    source = nbformat.v4.new_notebook()
+    source.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source.cells = [nbformat.v4.new_code_cell(
+        "import json, sys\n"
+        "from ipykernel.kernelapp import IPKernelApp\n"
+        "print(json.dumps(IPKernelApp.instance().curve_secretkey is not None))"
+    )]
+    nbformat.write(source, tmp_path / "in.ipynb")
+    _execute(papermill, tmp_path / "in.ipynb", tmp_path / "out.ipynb", {}, str(tmp_path), 120)
+    (cell,) = nbformat.read(tmp_path / "out.ipynb", 4).cells
+    assert cell.outputs[0]["text"].strip() == "true"  # the kernel holds a Curve secret key
+    assert "without encryption" not in capfd.readouterr().err
