@@ -22,6 +22,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,11 @@ DEMO_PARAMETERS: dict[str, Any] = {"steps": 24, "prompts_per_step": 16, "group_s
 """what `make demo` trains with: enough steps for the tiny model's reward to rise (a few minutes)"""
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WAITS_FOR_JOB = "waits-for-job"
+"""the tag of a cell that waits on a training job (notebook 03's `job.wait()`): bounded by `timeout_s`"""
+QUICK_CELL_S = 120
+"""the bound on any other cell. The slowest of them takes 18 s on a quiet 2-core machine; the bound
+is what a lost reply costs (`_execute`), so it is kept well under a job's wait"""
 _MODEL_REFERENCE = re.compile(r"IPY_MODEL_([0-9a-f]+)")
 
 
@@ -52,8 +58,9 @@ def run_notebooks(
     """Execute `notebooks` in order into `out_dir` (default runs/<timestamp>); returns the executed paths.
 
     A failing cell stops the sequence with papermill's error, which names the notebook and cell; the
-    partly executed notebook is still written, to read what happened. `timeout_s` bounds each cell; a
-    notebook whose cell times out runs once more (see `_execute`)."""
+    partly executed notebook is still written, to read what happened. `timeout_s` bounds each cell
+    tagged `waits-for-job`, every other cell gets at most QUICK_CELL_S; a notebook whose cell times out
+    runs once more (see `_execute`)."""
     import papermill
 
     out = Path(out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")).resolve()
@@ -80,6 +87,13 @@ def run_notebooks(
     return executed
 
 
+def cell_timeout(cell: Mapping[str, Any], timeout_s: int) -> int:
+    """A cell's bound: `timeout_s` for one that waits on a job, at most QUICK_CELL_S for the rest."""
+    if WAITS_FOR_JOB in cell.get("metadata", {}).get("tags", []):
+        return timeout_s
+    return min(timeout_s, QUICK_CELL_S)
+
+
 def kernel_options() -> dict[str, Any]:
     """Encrypted kernel sockets where pyzmq has CurveZMQ, else papermill's defaults.
 
@@ -96,16 +110,21 @@ def kernel_options() -> dict[str, Any]:
 
 
 def _execute(papermill: Any, notebook: Path, target: Path, parameters: dict[str, Any], cwd: str, timeout_s: int) -> None:
-    """papermill, run again once when a cell times out or the kernel dies: the kernel/client pair
-    sometimes loses a cell's reply (the kernel sits idle, the cell never completes; papermill #711,
-    jupyter_client #922; seen here once in ~10 runs of notebook 02). A cell's own error is not retried."""
+    """papermill, run again once when a cell times out or the kernel dies: the kernel sometimes never
+    reads a cell's request (it sits idle, the cell never completes). ipykernel 7 reads and answers
+    the shell socket from two places, and a request that arrives while a reply is sent can strand
+    (ipykernel #1529, fixed in 7.4 for one path; #1554 open for another). Three such cells in one CI
+    run on 2026-12-04, none in 24 runs of notebook 02 under load: rare, and costly, since each costs
+    its cell's whole bound; hence the short bound of quick cells (`cell_timeout`). A cell's own
+    error is not retried."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     for attempt in (1, 2):
         try:
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=parameters, cwd=cwd,
-                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s, **kernel_options(),
+                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
+                timeout_func=partial(cell_timeout, timeout_s=timeout_s), **kernel_options(),
             )
             return
         except (CellTimeoutError, DeadKernelError, TimeoutError) as error:

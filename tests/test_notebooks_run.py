@@ -79,3 +79,22 @@ def test_notebook_kernels_talk_over_encrypted_sockets_and_print_no_warning(tmp_p
     (cell,) = nbformat.read(tmp_path / "out.ipynb", 4).cells
     assert cell.outputs[0]["text"].strip() == "true"  # the kernel holds a Curve secret key
     assert "without encryption" not in capfd.readouterr().err
+
+
+def test_only_cells_that_wait_on_a_job_get_the_long_bound():
+    """A lost reply costs a cell's whole bound, so quick cells get QUICK_CELL_S; every cell of the
+    shipped notebooks that waits on a job is tagged, or a slow machine would time it out."""
+    import nbformat
+
+    from rlfactory_nb.notebooks_run import NOTEBOOKS, QUICK_CELL_S, WAITS_FOR_JOB, cell_timeout, notebooks_dir
+
+    assert cell_timeout({"metadata": {"tags": [WAITS_FOR_JOB]}}, timeout_s=900) == 900
+    assert cell_timeout({"metadata": {}}, timeout_s=900) == QUICK_CELL_S < 900
+    assert cell_timeout({"metadata": {}}, timeout_s=60) == 60
+    waiting = []
+    for name in NOTEBOOKS:
+        for cell in nbformat.read(notebooks_dir() / name, 4).cells:
+            if cell.cell_type == "code" and ".wait(" in cell.source:
+                assert WAITS_FOR_JOB in cell.metadata.get("tags", []), f"{name}: {cell.source[:60]!r}"
+                waiting.append(name)
+    assert waiting == ["03_train_grpo.ipynb", "03_train_grpo.ipynb"]
