@@ -111,12 +111,11 @@ def kernel_options() -> dict[str, Any]:
 
 def _execute(papermill: Any, notebook: Path, target: Path, parameters: dict[str, Any], cwd: str, timeout_s: int) -> None:
     """papermill, run again once when a cell times out or the kernel dies: the kernel sometimes never
-    reads a cell's request (it sits idle, the cell never completes). ipykernel 7 reads and answers
-    the shell socket from two places, and a request that arrives while a reply is sent can strand
-    (ipykernel #1529, fixed in 7.4 for one path; #1554 open for another). Three such cells in one CI
-    run on 2026-12-04, none in 24 runs of notebook 02 under load: rare, and costly, since each costs
-    its cell's whole bound; hence the short bound of quick cells (`cell_timeout`). A cell's own
-    error is not retried."""
+    answers a cell (it sits idle, the cell never completes). ipykernel 7 had one such race (a request
+    stranded on the shell socket while a reply was sent; ipykernel #1529, in 7.4), yet with 7.4 one
+    CI run on 2026-12-04 still lost three cells, while 24 runs of notebook 02 under load lost none:
+    rare, and costly, since each costs its cell's whole bound; hence the short bound of quick cells
+    (`cell_timeout`). A cell's own error is not retried."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     for attempt in (1, 2):
