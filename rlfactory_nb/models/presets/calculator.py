@@ -86,7 +86,8 @@ def guess(question: Question) -> int:
 
     A random guess would put noise on the very positions where the model must learn to copy the
     tool's result (its held-out result-copy accuracy stalled near 0.4 with random guesses, 0.73 with
-    none, both read by a gate that cut 6-digit answers off: decisions.md); a guess that is a function of the question teaches "answer without the tool" cleanly."""
+    none, both read by a gate that cut 6-digit answers off: decisions.md); a guess that is a
+    function of the question teaches "answer without the tool" cleanly."""
     return int(question.expression[:3])
 
 

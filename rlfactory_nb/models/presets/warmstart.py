@@ -32,6 +32,9 @@ from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
 from rlfactory_nb.types import Message
 
+HELDOUT_EXCLUDED = 1000
+"""the first questions of the task's held-out split (`calculator.dataset("heldout", n)`), never trained on"""
+
 
 @dataclass(frozen=True)
 class WarmStartConfig:
@@ -216,10 +219,6 @@ def warm_start(
                 break
     model.eval()
     return {**metrics, "seconds": time.monotonic() - start, "step": step}
-
-
-HELDOUT_EXCLUDED = 1000
-"""the first questions of the task's held-out split (`calculator.dataset("heldout", n)`), never trained on"""
 
 
 def _schedule(step: int, cfg: WarmStartConfig) -> float:
