@@ -6,6 +6,8 @@ A family is one module here that registers its record (qwen3.py, qwen3_xml.py).
 """
 
 from rlfactory_nb.chat import deepseek_v3 as _deepseek_v3  # noqa: F401  (registers "deepseek_v3")
+from rlfactory_nb.chat import deepseek_v4 as _deepseek_v4  # noqa: F401  (registers "deepseek_v4")
+from rlfactory_nb.chat import deepseek_v32 as _deepseek_v32  # noqa: F401  (registers "deepseek_v32")
 from rlfactory_nb.chat import gemma4 as _gemma4  # noqa: F401  (registers "gemma4")
 from rlfactory_nb.chat import glm4_5 as _glm4_5  # noqa: F401  (registers "glm4_5")
 from rlfactory_nb.chat import gpt_oss as _gpt_oss  # noqa: F401  (registers "gpt_oss")

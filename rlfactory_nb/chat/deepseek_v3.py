@@ -34,7 +34,7 @@ from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
 from rlfactory_nb.chat.qwen3 import THINK, THINK_OPEN
 from rlfactory_nb.chat.sections import Read, Reader, read_arguments
-from rlfactory_nb.types import Message, ToolCall
+from rlfactory_nb.types import Message, ToolCall, ToolSpec
 
 SECTION_OPEN, SECTION_CLOSE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_OPEN, CALL_CLOSE, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -63,7 +63,7 @@ class DeepSeekV3Parser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
         return sections.parse(text, MARKERS, _read_call, self.starts_in_reasoning, self.max_calls)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlfactory_nb.chat import render
 from rlfactory_nb.chat.format import ChatFormat, chat_format_names, get_chat_format, registered_chat_formats
 from rlfactory_nb.errors import ChatFormatError
 
@@ -33,12 +34,16 @@ def detect_chat_format(tokenizer: Any) -> ChatFormat:
 
 
 def resolve_chat_format(chat_format: str | ChatFormat, tokenizer: Any) -> ChatFormat:
-    """A record as given, a registered name, or `"auto"`: detected from `tokenizer`."""
+    """A record as given, a registered name, or `"auto"`: detected from `tokenizer`. A family that
+    renders its own prompts is bound to the tokenizer, so its prompts render that way (chat/render.py)."""
     if isinstance(chat_format, ChatFormat):
-        return chat_format
-    if chat_format == "auto":
-        return detect_chat_format(tokenizer)
-    return get_chat_format(chat_format)
+        found = chat_format
+    elif chat_format == "auto":
+        found = detect_chat_format(tokenizer)
+    else:
+        found = get_chat_format(chat_format)
+    render.bind(tokenizer, found)
+    return found
 
 
 def _template_text(tokenizer: Any) -> str:

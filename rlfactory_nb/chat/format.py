@@ -23,6 +23,8 @@ from rlfactory_nb.chat.parsers import ToolCallParser
 from rlfactory_nb.errors import ChatFormatError
 from rlfactory_nb.types import Message
 
+Renderer = Callable[..., str]
+"""(tokenizer, messages, tools, add_generation_prompt=, enable_thinking=) -> the prompt text"""
 TemplateMatcher = Callable[[str, frozenset[str]], bool]
 """(chat template text, the vocabulary's token strings) -> whether the template is this family's"""
 
@@ -70,6 +72,9 @@ class ChatFormat:
     """(sampled token, token the template renders in its place in history) pairs: Llama 3.1
     samples `<|eom_id|>` after a call and renders `<|eot_id|>`; the drift check counts such a
     difference as expected"""
+    control_markers: tuple[str, ...] = ()
+    """text that is structure to this family's template though the tokenizer may not mark it special
+    (DeepSeek's `<｜User｜>`): tool results, names and ids quoting it are guarded (rollout/guard.py)"""
     turn_end_opens_next: bool = False
     """an assistant turn has no end token of its own: generation stops on the first token of the next
     block (GLM's `<|observation|>` before tool results), which the sampled ids already hold. So
@@ -85,6 +90,12 @@ class ChatFormat:
     """(opening, closing) text of a span with content that a full render drops from an earlier turn
     (gpt-oss: `<|channel|>analysis<|message|>...<|end|><|start|>assistant`); the drift check counts
     such a difference as expected"""
+
+    render: Renderer | None = None
+    """the family's own prompt renderer, for a model that ships a Python encoder instead of a chat
+    template (DeepSeek V3.2/V4, Kimi K3): it gives exactly the official encoder's text, and token
+    assembly, the drift check and `auto` use it in place of `apply_chat_template` (chat/render.py);
+    None: the tokenizer's chat template renders"""
 
     def new_parser(self, starts_in_reasoning: bool = False, **options: Any) -> ToolCallParser:
         """A parser for one agent; `starts_in_reasoning` when the prompt pre-filled the opener."""

@@ -46,7 +46,7 @@ from rlfactory_nb.chat.blocks import (
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
 from rlfactory_nb.chat.reasoning import ReasoningMarkers
-from rlfactory_nb.types import MalformedCall, Message, ToolCall
+from rlfactory_nb.types import MalformedCall, Message, ToolCall, ToolSpec
 
 CALL_OPEN, CALL_CLOSE, QUOTE, PREFIX = "<|tool_call>", "<tool_call|>", '<|"|>', "call:"
 THOUGHT = ReasoningMarkers("<|channel>thought", "<channel|>")
@@ -78,7 +78,7 @@ class Gemma4Parser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
         return parse_turn(text, SYNTAX, _read_block, THOUGHT, self.starts_in_reasoning, self.max_calls)
 
 

@@ -14,7 +14,9 @@
 A block is the tool name on the opener's line, then `<arg_key>`/`<arg_value>` pairs, read by their
 structure: each value runs to its own `</arg_value>`, so a value that contains `</tool_call>` is data.
 Only a value containing `</arg_value>` itself cannot be told apart. The template writes string values
-raw and others as JSON, so values are typed as qwen3_xml's are (chat/blocks.py `typed_value`).
+raw and others as JSON, so values are typed by the tool's schema when the agent passes it, else
+as qwen3_xml's are (chat/schema.py). GLM-4.7 writes the same block with no newlines
+(`<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>`), which this reads too.
 
 An assistant turn has no end token: generation stops on the next block's role token,
 `<|observation|>` before tool results and `<|user|>` after a final answer. The sampled ids hold that
@@ -28,6 +30,7 @@ thinking off, where `/nothink` also ends the user's message). Calls in it are dr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +48,8 @@ from rlfactory_nb.chat.blocks import (
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
 from rlfactory_nb.chat.qwen3 import THINK
-from rlfactory_nb.types import ToolCall
+from rlfactory_nb.chat.schema import Untyped, resolve
+from rlfactory_nb.types import ToolCall, ToolSpec
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 KEY_OPEN, KEY_CLOSE = "<arg_key>", "</arg_key>"
@@ -71,8 +75,9 @@ class GLM45Parser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
-        return parse_turn(text, SYNTAX, _read_block, THINK, self.starts_in_reasoning, self.max_calls)
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
+        result = parse_turn(text, SYNTAX, _read_block, THINK, self.starts_in_reasoning, self.max_calls)
+        return resolve(result, tools)
 
 
 def _read_block(text: str, start: int, finders: Finders) -> Read:
@@ -122,7 +127,8 @@ def _argument(text: str, start: int, pos: int, finders: Finders, name: str, argu
     close = finders.next(VALUE_CLOSE, pos)
     if close < 0:
         return truncated(text, start, SYNTAX, f"The text ended inside the <arg_value> of {key!r}.")
-    arguments[key] = typed_value(text[pos + len(VALUE_OPEN) : close])
+    raw = text[pos + len(VALUE_OPEN) : close]
+    arguments[key] = Untyped(raw, typed_value(raw))
     return close + len(VALUE_CLOSE)
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from rlfactory_nb.chat import reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, register_parser
-from rlfactory_nb.types import MalformedCall, Message, ToolCall
+from rlfactory_nb.types import MalformedCall, Message, ToolCall, ToolSpec
 
 START, END, MESSAGE, CHANNEL = "<|start|>", "<|end|>", "<|message|>", "<|channel|>"
 CALL, RETURN, CONSTRAIN = "<|call|>", "<|return|>", "<|constrain|>"
@@ -76,7 +76,7 @@ class GptOssParser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
         content: list[str] = []
         calls: list[ToolCall] = []
         errors: list[MalformedCall] = []

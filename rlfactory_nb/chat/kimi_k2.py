@@ -29,7 +29,7 @@ from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
 from rlfactory_nb.chat.qwen3 import THINK, THINK_CLOSE, THINK_OPEN
 from rlfactory_nb.chat.sections import Read, Reader, read_arguments
-from rlfactory_nb.types import Message, ToolCall
+from rlfactory_nb.types import Message, ToolCall, ToolSpec
 
 SECTION_OPEN, SECTION_CLOSE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_OPEN, CALL_CLOSE, ARGUMENTS = "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_call_argument_begin|>"
@@ -57,7 +57,7 @@ class KimiK2Parser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
         return sections.parse(text, MARKERS, _read_call, self.starts_in_reasoning, self.max_calls)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from rlfactory_nb.chat.parsers import (
     json_call,
     register_parser,
 )
-from rlfactory_nb.types import MalformedCall, ToolCall
+from rlfactory_nb.types import MalformedCall, ToolCall, ToolSpec
 
 PYTHON_TAG = "<|python_tag|>"
 FORMAT_HINT = (
@@ -56,7 +57,7 @@ class Llama3Parser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
         message = text.strip()
         if message.startswith(PYTHON_TAG):
             read = _read(message[len(PYTHON_TAG) :], message, tagged=True)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rlfactory_nb.chat import messages, reasoning
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, cap_calls, check_max_calls, json_type, register_parser
-from rlfactory_nb.types import MalformedCall, Message, ToolCall
+from rlfactory_nb.types import MalformedCall, Message, ToolCall, ToolSpec
 
 CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 THINK = reasoning.ReasoningMarkers("[THINK]", "[/THINK]")
@@ -68,7 +69,7 @@ class MistralParser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
         content: list[str] = []
         answer: list[str] = []
         calls: list[ToolCall] = []

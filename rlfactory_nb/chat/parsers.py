@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from rlfactory_nb.types import MalformedCall, ToolCall
+from rlfactory_nb.types import MalformedCall, ToolCall, ToolSpec
 
 _RAW_SHOWN_TO_MODEL = 300
 """characters of a broken block quoted back to the model; enough to locate the mistake"""
@@ -45,7 +45,10 @@ class ParseResult:
 class ToolCallParser(Protocol):
     """What the agent loop needs from a parser."""
 
-    def parse(self, text: str) -> ParseResult: ...
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
+        """`text` read; `tools` (the specs the agent offered) type values that a format writes as
+        text by their schema (chat/schema.py); without them a parser reads values as it always has."""
+        ...
 
 
 P = TypeVar("P")

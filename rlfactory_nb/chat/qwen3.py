@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -39,7 +39,7 @@ from rlfactory_nb.chat.parsers import (
     json_type,
     register_parser,
 )
-from rlfactory_nb.types import MalformedCall, ToolCall
+from rlfactory_nb.types import MalformedCall, ToolCall, ToolSpec
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -89,7 +89,7 @@ class Qwen3Parser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
         content: list[str] = []
         answer: list[str] = []
         calls: list[ToolCall] = []

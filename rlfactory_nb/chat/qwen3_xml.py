@@ -28,6 +28,7 @@ stopped, so hostile text costs linear time, and nothing here raises on model tex
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +36,9 @@ from rlfactory_nb.chat.blocks import (
     Finders,
     Read,
     Syntax,
+    assemble,
     broken,
     cut_marker,
-    parse_turn,
     skip_space,
     truncated,
     typed_value,
@@ -45,7 +46,8 @@ from rlfactory_nb.chat.blocks import (
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
 from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
 from rlfactory_nb.chat.qwen3 import THINK
-from rlfactory_nb.types import MalformedCall, ToolCall
+from rlfactory_nb.chat.schema import Untyped, resolve
+from rlfactory_nb.types import MalformedCall, ToolCall, ToolSpec
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 FUNCTION_OPEN, FUNCTION_CLOSE = "<function=", "</function>"
@@ -54,6 +56,7 @@ FORMAT_HINT = (
     "Write each call as <tool_call>\n<function=TOOL_NAME>\n<parameter=ARGUMENT_NAME>\nvalue\n</parameter>\n"
     "</function>\n</tool_call>"
 )
+_NEXT_PARAMETER, _FUNCTION_LINE = "\n" + PARAMETER_OPEN, "\n" + FUNCTION_CLOSE
 _EMPTY_BLOCK = f"A <tool_call> block is empty: the next <tool_call> follows it. {FORMAT_HINT}"
 SYNTAX = Syntax(CALL_OPEN, CALL_CLOSE, FORMAT_HINT)
 
@@ -71,8 +74,9 @@ class Qwen3XMLParser:
     def __post_init__(self) -> None:
         check_max_calls(self.max_calls)
 
-    def parse(self, text: str) -> ParseResult:
-        return parse_turn(text, SYNTAX, _read_block, THINK, self.starts_in_reasoning, self.max_calls)
+    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
+        result = assemble(text, split_pieces, CALL_OPEN, FORMAT_HINT, THINK, self.starts_in_reasoning, self.max_calls)
+        return resolve(result, tools)
 
 
 def _read_block(text: str, start: int, finders: Finders) -> Read:
@@ -84,6 +88,12 @@ def _read_block(text: str, start: int, finders: Finders) -> Read:
         return truncated(text, start, SYNTAX, "The text ended inside a <tool_call> block before <function=...>.")
     if not text.startswith(FUNCTION_OPEN, pos):
         return broken(text, start, pos, finders, SYNTAX, "A <tool_call> block must start with <function=TOOL_NAME>.")
+    return _read_function(text, start, pos, finders, wrapped=True)
+
+
+def _read_function(text: str, start: int, pos: int, finders: Finders, wrapped: bool) -> Read:
+    """The `<function=NAME>` at `pos` and its parameters; `wrapped`: inside a `<tool_call>` block
+    whose `</tool_call>` must follow (Qwen3-Coder also writes the function bare)."""
     name, pos = _tag_value(text, pos + len(FUNCTION_OPEN))
     if name is None and pos >= len(text):
         return truncated(text, start, SYNTAX, "The text ended inside the <function=...> tag.")
@@ -102,18 +112,35 @@ def _read_block(text: str, start: int, finders: Finders) -> Read:
                 return broken(text, start, pos, finders, SYNTAX, "A <parameter=...> tag has no name or no closing '>'.")
             if key in arguments:
                 return broken(text, start, pos, finders, SYNTAX, f"The parameter {key!r} is given twice.")
-            close = finders.next(PARAMETER_CLOSE, pos)
+            close, after = _value_end(finders, pos)
             if close < 0:
                 return truncated(text, start, SYNTAX, f"The text ended inside <parameter={key}>.")
             arguments[key] = _value(text[pos:close])
-            pos = close + len(PARAMETER_CLOSE)
+            pos = after
         elif text.startswith(FUNCTION_CLOSE, pos):
-            return _closing(text, start, skip_space(text, pos + len(FUNCTION_CLOSE)), name, arguments, finders)
+            after = skip_space(text, pos + len(FUNCTION_CLOSE))
+            if not wrapped:
+                return Read(ToolCall(name=name, arguments=arguments, raw=text[start:after]), after)
+            return _closing(text, start, after, name, arguments, finders)
         elif cut_marker(text, pos, PARAMETER_OPEN, FUNCTION_CLOSE):
             return truncated(text, start, SYNTAX, f"The text ended inside <function={name}> before </function>.")
         else:
             return broken(text, start, pos, finders, SYNTAX, f"Unexpected text inside <function={name}>; expected "
                            "<parameter=NAME> or </function>.")
+
+
+def _value_end(finders: Finders, pos: int) -> tuple[int, int]:
+    """(end of the value starting at `pos`, where reading goes on): its `</parameter>`, or, for a
+    parameter left unclosed (vLLM and SGLang read these), the line where the next `<parameter=` or
+    `</function>` starts. (-1, -1): the text ends inside the value."""
+    close = finders.next(PARAMETER_CLOSE, pos)
+    ends = [at for marker in (_NEXT_PARAMETER, _FUNCTION_LINE) if (at := finders.next(marker, pos)) >= 0]
+    unclosed = min(ends) if ends else -1
+    if close >= 0 and (unclosed < 0 or close <= unclosed):
+        return close, close + len(PARAMETER_CLOSE)
+    if unclosed >= 0:
+        return unclosed, unclosed + 1
+    return -1, -1
 
 
 def _closing(text: str, start: int, pos: int, name: str, arguments: dict[str, Any], finders: Finders) -> Read:
@@ -125,6 +152,31 @@ def _closing(text: str, start: int, pos: int, name: str, arguments: dict[str, An
     if cut_marker(text, pos, CALL_CLOSE):
         return Read(ToolCall(name=name, arguments=arguments, raw=text[start:]), len(text))
     return broken(text, start, pos, finders, SYNTAX, "Expected </tool_call> after </function>.")
+
+
+def split_pieces(text: str) -> list:
+    """Plain text and read call blocks, in order: `<tool_call>` blocks, and bare `<function=...>`
+    blocks that read as a whole call (one that does not, cut or broken, is text: never run)."""
+    finders = Finders(text)
+    pieces: list = []
+    pos = written = 0
+    while True:
+        wrapped, bare = finders.next(CALL_OPEN, pos), finders.next(FUNCTION_OPEN, pos)
+        if wrapped < 0 and bare < 0:
+            break
+        if wrapped >= 0 and (bare < 0 or wrapped < bare):
+            block = _read_block(text, wrapped, finders)
+            pieces += [text[written:wrapped], block.result]
+            pos = written = block.end
+            continue
+        block = _read_function(text, bare, bare, finders, wrapped=False)
+        if isinstance(block.result, ToolCall):
+            pieces += [text[written:bare], block.result]
+            pos = written = block.end
+        else:
+            pos = bare + len(FUNCTION_OPEN)
+    pieces.append(text[written:])
+    return pieces
 
 
 def _tag_value(text: str, pos: int) -> tuple[str | None, int]:
@@ -143,10 +195,12 @@ def _tag_value(text: str, pos: int) -> tuple[str | None, int]:
     return text[pos:close].strip(), after
 
 
-def _value(raw: str) -> Any:
-    """A parameter's value: the text between the tags less the template's newline on each side, as a
-    JSON value when it reads as one (see the module docstring), else the string."""
-    return typed_value(raw.removeprefix("\n").removesuffix("\n"))
+def _value(raw: str) -> Untyped:
+    """A parameter's value: the text between the tags less the template's newline on each side,
+    typed by the tool's schema, or without one read as a JSON value when it reads as one (see the
+    module docstring), else the string."""
+    text = raw.removeprefix("\n").removesuffix("\n")
+    return Untyped(text, typed_value(text))
 
 
 def _is_qwen3_xml(template: str, vocab: frozenset[str]) -> bool:

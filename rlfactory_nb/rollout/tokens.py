@@ -20,13 +20,18 @@ from typing import Any, Literal
 
 from rlfactory_nb.chat import ChatFormat
 from rlfactory_nb.chat.messages import DELTA_BASE
+from rlfactory_nb.chat.render import own_renderer, render_prompt
 from rlfactory_nb.errors import TemplateError
 from rlfactory_nb.rollout import guard, template_bounds
 from rlfactory_nb.types import Message
 
 
 def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, **options: Any) -> str:
-    """The chat template's text, rendered in the bounded sandbox (template_bounds.py)."""
+    """The chat template's text, rendered in the bounded sandbox (template_bounds.py); for a family
+    that renders its own prompts (DeepSeek V3.2/V4, Kimi K3: chat/render.py), that family's text."""
+    own = own_renderer(tokenizer)
+    if own is not None:
+        return render_prompt(own, tokenizer, messages, tools, **options)
     template_bounds.install()
     return tokenizer.apply_chat_template(list(messages), tools=tools or None, tokenize=False, **options)
 
