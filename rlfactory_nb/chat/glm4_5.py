@@ -138,9 +138,19 @@ def _reopens(finders: Finders, pos: int, end: int) -> bool:
     return 0 <= finders.next(CALL_OPEN, pos) < end
 
 
-def _is_glm4_5(template: str, vocab: frozenset[str]) -> bool:
+def _is_glm(template: str) -> bool:
     """GLM's `[gMASK]<sop>` prompt with `<arg_key>`/`<arg_value>` calls."""
     return "[gMASK]<sop>" in template and KEY_OPEN in template and VALUE_OPEN in template
+
+
+def _is_glm4_5(template: str, vocab: frozenset[str]) -> bool:
+    """GLM-4.5/4.6: no `clear_thinking` switch (GLM-4.7's)."""
+    return _is_glm(template) and "clear_thinking" not in template
+
+
+def _is_glm4_7(template: str, vocab: frozenset[str]) -> bool:
+    """GLM-4.7: the `clear_thinking` switch and a generation prompt that opens `<think>`."""
+    return _is_glm(template) and "clear_thinking" in template
 
 
 GLM4_5 = register_chat_format(
@@ -161,5 +171,27 @@ GLM4_5 = register_chat_format(
             "thinking off appends /nothink to user messages and pre-fills <think></think>"
         ),
         matches=_is_glm4_5,
+    )
+)
+
+GLM4_7 = register_chat_format(
+    ChatFormat(
+        name="glm4_7",
+        description="GLM-4.7: compact <tool_call>NAME<arg_key>..</arg_key><arg_value>.. calls (no newlines), "
+        "<think> pre-filled, no end token",
+        parser=GLM45Parser,
+        reasoning=THINK,
+        prefills_reasoning=True,
+        leading_reasoning_only=True,
+        end_of_turn=("<|observation|>", "<|user|>", "<|endoftext|>"),
+        turn_end="<|observation|>",
+        turn_end_opens_next=True,
+        keep_tokens=GLM4_5.keep_tokens,
+        drops_past_reasoning=True,
+        history_rewriting=(
+            "renders a bare </think> for assistant turns before the last user message (unless "
+            "clear_thinking is false) and strips the reasoning and the answer"
+        ),
+        matches=_is_glm4_7,
     )
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,6 +33,7 @@ def encoder(name: str) -> ModuleType:
     if name not in _LOADED:
         spec = importlib.util.spec_from_file_location(f"official_{name}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         _LOADED[name] = module
     return _LOADED[name]
