@@ -160,7 +160,7 @@ class Agent:
         generation = await self.engine.generate(progress.all_ids, sampling)
         progress.add(generation.token_ids, sampled=True, logprobs=generation.logprobs)
         text = self.chat_format.decode(self.tokenizer, generation.token_ids)
-        parsed = self.parser.parse(text)
+        parsed = self.parser.parse(text, tools=self.tools.specs if self.tools else None)
         reasoning, outside = self.chat_format.split_reasoning(text, self.starts_in_reasoning)
         turn = Turn(
             text=text,
