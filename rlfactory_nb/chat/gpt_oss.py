@@ -13,10 +13,13 @@ template writes `<|start|>assistant to=functions.NAME<|channel|>commentary json<
 
 The reader walks the markers left to right. A call's body is read as one JSON value by its
 structure (`json.JSONDecoder.raw_decode`), so an argument holding `<|call|>` is data, and only
-`<|call|>` right after the value makes it a call: the JSON ended by the text is a call too (the stop
-token cut off), JSON the text ends inside is a MalformedCall, never a partial call. A call addressed
-on the analysis channel is drafted in reasoning: counted, not run. Other bodies end at the next
-marker. Text outside any message (no Harmony markers at all) is answer text.
+`<|call|>` right after the value makes it a call (or `<|end|>`, which models also write there, as
+vLLM and llama.cpp accept): the JSON ended by the text is a call too (the stop token cut off), JSON
+the text ends inside is a MalformedCall, never a partial call. A message addressed to a function is
+a call whichever channel it names (models address some on the analysis channel, and vLLM runs
+them): the recipient, not the channel, makes a call, and a call written inside an analysis body is
+text. The recipient may stand in the role (`assistant to=functions.f`), after the channel, or in the
+constrain header. Other bodies end at the next marker. Text outside any message (no Harmony markers at all) is answer text.
 
 Why not `openai-harmony`: its encoding loads `o200k_base` from the internet on first use (this
 machine and training clusters may be offline), and it parses token ids of that encoding, where this
@@ -80,12 +83,11 @@ class GptOssParser:
         content: list[str] = []
         calls: list[ToolCall] = []
         errors: list[MalformedCall] = []
-        unreported = drafted = 0
+        unreported = 0
         thoughts, answer = [], []
         for message in _messages(text):
-            if message.channel == "analysis":
+            if message.channel == "analysis" and message.call is None:
                 thoughts.append(message.body)
-                drafted += message.call is not None
             elif message.call is None:
                 answer.append(message.body)
             elif isinstance(message.call, ToolCall):
@@ -103,7 +105,6 @@ class GptOssParser:
             errors=errors,
             reasoning=_joined(thoughts),
             answer=_joined(answer),
-            calls_in_reasoning=drafted,
         )
 
 
@@ -207,9 +208,10 @@ def _call_message(text: str, start: int, pos: int, channel: str, name: str) -> _
         what = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         return broken(f"The arguments of functions.{name} are not valid JSON ({what}).", value_end)
     after = _SPACE.match(text, value_end).end()
-    if after < len(text) and not text.startswith(CALL, after):
+    closing = next((marker for marker in (CALL, END) if text.startswith(marker, after)), None)
+    if after < len(text) and closing is None:
         return broken(f"The call to functions.{name} must end with <|call|> right after its arguments.", after)
-    end = after + len(CALL) if after < len(text) else after  # at the text's end: only the stop token is cut
+    end = after + len(closing) if closing else after  # at the text's end: only the stop token is cut
     call = ToolCall(name=name, arguments=arguments, raw=text[start:end])
     return _Message(text[start:end], channel, text[pos:end], call)
 

@@ -99,7 +99,6 @@ def test_truncated_at_every_token_never_yields_a_partial_call() -> None:
         ('{"a": "Par', "the text ended inside them"),
         ('{"a": 1,}<|call|>', "not valid JSON"),
         ("[1, 2]<|call|>", "must be one JSON object"),
-        ('{"a": 1}<|end|>', "must end with <|call|>"),
         ('{"a": 1} and more<|call|>', "must end with <|call|>"),
     ],
 )
@@ -123,10 +122,27 @@ def test_a_broken_call_does_not_swallow_the_next() -> None:
     assert [c.name for c in result.calls] == ["g"] and len(result.errors) == 1
 
 
-def test_a_call_on_the_analysis_channel_is_a_draft_not_run() -> None:
-    text = "<|channel|>analysis to=functions.f json<|message|>{}<|end|><|start|>assistant<|channel|>final<|message|>No.<|return|>"
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<|channel|>analysis to=functions.f json<|message|>{}<|end|>",  # on the analysis channel, ended by <|end|>
+        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|end|>",
+        "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>",  # in the role
+        "<|channel|>commentary <|constrain|>json to=functions.f<|message|>{}<|call|>",  # in the constrain header
+    ],
+)
+def test_calls_real_models_write_are_read(text: str) -> None:
+    """Shapes the template never renders but gpt-oss writes, which vLLM and llama.cpp accept: the
+    recipient makes a call on any channel, and `<|end|>` may close it (docs/decisions.md)."""
+    result = get_parser(NAME).parse(text + "<|start|>assistant<|channel|>final<|message|>Done.<|return|>")
+    assert [(c.name, c.arguments) for c in result.calls] == [("f", {})] and result.errors == []
+    assert result.answer == "Done." and result.reasoning == ""
+
+
+def test_a_call_written_inside_an_analysis_body_is_text() -> None:
+    text = '<|channel|>analysis<|message|>maybe to=functions.f {"a": 1}<|end|><|start|>assistant<|channel|>final<|message|>No.<|return|>'
     result = get_parser(NAME).parse(text)
-    assert result.calls == [] and result.calls_in_reasoning == 1 and result.answer == "No."
+    assert result.calls == [] and result.answer == "No." and "to=functions.f" in result.reasoning
 
 
 def test_text_without_harmony_markers_is_the_answer() -> None:
