@@ -67,7 +67,9 @@ class KimiK3Parser:
         check_max_calls(self.max_calls)
 
     def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
-        result = assemble(text, _pieces, TOOLS_OPEN, FORMAT_HINT, THINK, self.starts_in_reasoning, self.max_calls)
+        inside = in_think(text, self.starts_in_reasoning)
+        markers = THINK if inside or text.lstrip().startswith(THINK.open) else None
+        result = assemble(text, _pieces, TOOLS_OPEN, FORMAT_HINT, markers, inside, self.max_calls)
         return resolve(result, tools)
 
 
@@ -221,14 +223,24 @@ def _cut(text: str, pos: int, *markers: str) -> bool:
 # The turn as history, and the answer: channels read off the sampled text.
 
 
-def channels(text: str, reasoning_read: bool = False) -> tuple[str, str]:
-    """(think channel, response channel) of a sampled turn, exactly as written. Without a closed
-    think channel the text is all reasoning when `reasoning_read` (a turn cut inside it)."""
+def in_think(text: str, starts_in_reasoning: bool) -> bool:
+    """Whether the text starts inside the think channel: the prompt opened it, or its close comes
+    before any response marker (so a close inside a later argument is data)."""
+    if starts_in_reasoning:
+        return True
     close = text.find(THINK.close)
-    if close >= 0:
+    responses = [at for marker in (RESPONSE_OPEN, RESPONSE_CLOSE) if (at := text.find(marker, 0, max(close, 0))) >= 0]
+    return close >= 0 and not responses and not text[:close].count(THINK.open)
+
+
+def channels(text: str, starts_in_reasoning: bool = False) -> tuple[str, str]:
+    """(think channel, response channel) of a sampled turn, exactly as written; a think channel the
+    text ends inside is all of it."""
+    if in_think(text, starts_in_reasoning) or text.startswith(THINK.open):
+        close = text.find(THINK.close)
+        if close < 0:
+            return text.removeprefix(THINK.open), ""
         thought, rest = text[:close].removeprefix(THINK.open), text[close + len(THINK.close) :]
-    elif reasoning_read or text.startswith(THINK.open):
-        return text.removeprefix(THINK.open), ""
     else:
         thought, rest = "", text
     opened = rest.find(RESPONSE_OPEN)
