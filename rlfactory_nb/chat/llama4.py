@@ -10,7 +10,8 @@ Llama 4 template asks for:
 
     [get_weather(city="Paris"), get_time(zone="Europe/Paris")]<|eot|>
 
-Calls are the whole message, or follow the text once `<|python_start|>` opens. JSON calls are decoded
+Calls are the whole message, follow the text once `<|python_start|>` opens, or are a pythonic list
+that ends the message (vLLM's template writes the text, then the list). JSON calls are decoded
 one JSON value at a time (a tag or bracket inside a string is data); a pythonic list is parsed with
 `ast.parse` and each argument read with `ast.literal_eval` (never evaluated), so only literals pass.
 A call cut off by the token limit is broken JSON or Python: reported, never run. A turn ends with
@@ -46,7 +47,7 @@ _JSON_CALL = re.compile(r'\[?[ \t\r\n]*\{[ \t\r\n]*"name"[ \t\r\n]*:')
 _PYTHONIC = re.compile(r"\[[ \t\r\n]*[A-Za-z_][\w.]*\(")
 _PYTHONIC_LIMIT = 1_000_000
 """characters of a pythonic list parsed at most (ast holds a tree of it in memory)"""
-_SEPARATORS = re.compile(r"[ \t\r\n;,]*")
+_SEPARATORS = re.compile(r"(?:[ \t\r\n;,]|<\|python_end\|>)*")
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
@@ -64,30 +65,46 @@ class Llama4Parser:
         check_max_calls(self.max_calls)
 
     def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
-        tagged = text.find(PYTHON_START)
-        message = text.replace(PYTHON_START, "").replace(PYTHON_END, "")
-        start = _call_start(message, len(text[:tagged].replace(PYTHON_END, "")) if tagged >= 0 else -1)
+        message, start = _locate(text)
         if start < 0:
-            answer = message.strip()
+            answer = message.replace(PYTHON_END, "").strip()
             return ParseResult(answer, answer=answer)
         calls, errors, rest = _read_calls(message, start)
         calls, errors = cap_calls(calls, errors, 0, self.max_calls, "call", FORMAT_HINT)
-        answer = (message[:start] + rest).strip()
+        answer = (message[:start] + rest).replace(PYTHON_END, "").strip()
         return ParseResult(answer, calls=calls, errors=errors, answer=answer)
 
 
-def _call_start(message: str, tagged_at: int) -> int:
-    """Where the calls begin: at the start of the message, or anywhere after the python tag."""
-    at = len(message) - len(message.lstrip())
-    if _JSON_CALL.match(message, at) or _PYTHONIC.match(message, at):
-        return at
-    if tagged_at < 0:
-        return -1
-    found = [m.start() for pattern in (_JSON_CALL, _PYTHONIC) if (m := pattern.search(message, tagged_at))]
+def _locate(text: str) -> tuple[str, int]:
+    """(the text less its `<|python_start|>`, where the calls begin or -1): at the start of the
+    message, anywhere after the tag, or a pythonic list that ends the message. Only the tag's first
+    occurrence is structure; a `<|python_end|>` outside the calls is dropped from the answer."""
+    at = len(text) - len(text.lstrip())
+    if _JSON_CALL.match(text, at) or _PYTHONIC.match(text, at):
+        return text, at
+    tagged = text.find(PYTHON_START)
+    if tagged < 0:
+        return text, _trailing_list(text)
+    message = text[:tagged] + text[tagged + len(PYTHON_START) :]
+    found = [m.start() for pattern in (_JSON_CALL, _PYTHONIC) if (m := pattern.search(message, tagged))]
     if found:
-        return min(found)
-    rest = message[tagged_at:].lstrip()
-    return tagged_at if rest.startswith(("{", "[")) else -1
+        return message, min(found)
+    rest = message[tagged:].replace(PYTHON_END, " ").lstrip()
+    return message, (len(message) - len(rest)) if rest.startswith(("{", "[")) else -1
+
+
+def _trailing_list(message: str) -> int:
+    """Where a pythonic call list that ends the message starts (vLLM's template writes the text, then
+    the list), or -1; a few candidates are tried, so hostile text stays linear."""
+    if not message.rstrip().endswith("]"):
+        return -1
+    for tries, found in enumerate(_PYTHONIC.finditer(message)):
+        if tries == 3:
+            break
+        calls, errors, rest = _pythonic(message, found.start())
+        if calls and not errors and not rest.strip():
+            return found.start()
+    return -1
 
 
 def _read_calls(message: str, start: int) -> tuple[list[ToolCall], list[MalformedCall], str]:
@@ -163,11 +180,9 @@ def _error(message: str, raw: str) -> MalformedCall:
 
 
 def assistant_message(text: str, calls: Sequence[ToolCall], reasoning: str = "") -> Message:
-    """The text less the python tags and the calls (the template writes them back around it)."""
-    content = text.replace(PYTHON_START, "").replace(PYTHON_END, "")
-    for call in calls:
-        content = content.replace(call.raw, "", 1)
-    message: Message = {"role": "assistant", "content": content.strip()}
+    """The answer (the text less the python tags and the calls: a pythonic list goes whole), which
+    the template writes back around the calls."""
+    message: Message = {"role": "assistant", "content": Llama4Parser().parse(text).answer}
     if calls:
         message["tool_calls"] = [call.to_message_call() for call in calls]
     return message
