@@ -63,6 +63,7 @@ _NOT_IN_A_NAME = frozenset(" \t\r\n<>{}\"'")
 
 
 @register_parser("glm4_5")
+@register_parser("glm4_7")
 @dataclass(frozen=True)
 class GLM45Parser:
     """Reads `<tool_call>NAME<arg_key>..</arg_key><arg_value>..</arg_value></tool_call>` blocks."""
