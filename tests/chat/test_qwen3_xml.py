@@ -174,3 +174,38 @@ def test_hostile_text_never_raises_and_stays_linear(case: str) -> None:
     small, full = _parse_seconds(text[: len(text) // 4]), _parse_seconds(text)
     assert full < 30.0, f"{case}: {full:.1f} s"
     assert full < 8 * small + 0.5, f"{case}: {small:.2f} s for a quarter, {full:.2f} s for all: not linear"
+
+
+def test_a_bare_function_block_is_a_call_and_a_broken_one_is_text() -> None:
+    """Qwen3-Coder also writes `<function=...>` without its `<tool_call>` wrapper (vLLM reads it);
+    one that does not read as a whole call is text: never run (docs/decisions.md)."""
+    parser = get_parser("qwen3_xml")
+    result = parser.parse("Looking.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\nDone.")
+    assert [(c.name, c.arguments) for c in result.calls] == [("get_weather", {"city": "Paris"})]
+    assert result.errors == [] and result.answer == "Looking.\nDone."
+    cut = parser.parse("Looking.\n<function=get_weather>\n<parameter=city>\nPar")
+    assert cut.calls == [] and cut.errors == [] and cut.answer.startswith("Looking.")
+    prose = parser.parse("Write <function=NAME> blocks.")
+    assert prose.calls == [] and prose.errors == [] and prose.answer == "Write <function=NAME> blocks."
+
+
+def test_an_unclosed_parameter_ends_where_the_next_one_starts() -> None:
+    text = "<tool_call>\n<function=f>\n<parameter=a>\n1\n<parameter=b>\nx y\n</function>\n</tool_call>"
+    result = get_parser("qwen3_xml").parse(text)
+    assert [(c.name, c.arguments) for c in result.calls] == [("f", {"a": 1, "b": "x y"})] and result.errors == []
+    closed = "<tool_call>\n<function=f>\n<parameter=a>\nsee </function> and <parameter=b> here\n</parameter>\n</function>\n</tool_call>"
+    assert get_parser("qwen3_xml").parse(closed).calls[0].arguments == {"a": "see </function> and <parameter=b> here"}
+
+
+def test_values_are_typed_by_the_schema_when_given() -> None:
+    from rlfactory_nb.types import ToolSpec
+
+    text = ("<tool_call>\n<function=label>\n<parameter=text>\n3\n</parameter>\n<parameter=n>\n7\n</parameter>\n"
+            '<parameter=opts>\n{"a": 1}\n</parameter>\n<parameter=flag>\nTrue\n</parameter>\n</function>\n</tool_call>')
+    schema = {"type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"},
+                                                "opts": {"type": "string"}, "flag": {"type": "boolean"}}}
+    untyped = get_parser("qwen3_xml").parse(text).calls[0].arguments
+    assert untyped == {"text": 3, "n": 7, "opts": {"a": 1}, "flag": True}, "without schemas: what the text reads as"
+    typed = get_parser("qwen3_xml").parse(text, tools=[ToolSpec("label", "", schema)]).calls[0].arguments
+    assert typed == {"text": "3", "n": 7, "opts": '{"a": 1}', "flag": True}
+    assert all(type(v) in (str, int, bool, dict) for v in typed.values()), "no Untyped leaks out"
