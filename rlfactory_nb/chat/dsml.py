@@ -74,12 +74,13 @@ V32 = Dialect("function_calls", "invoke", "parameter")
 V4 = Dialect("tool_calls", "invoke", "parameter")
 V41 = Dialect(" calls", " invoke", " parameter")
 DIALECTS = (V32, V4, V41)
+_HINTS = {d: d.hint() for d in DIALECTS}
 
 
 def parse(text: str, main: Dialect, markers: ReasoningMarkers, starts_inside: bool, max_calls: int) -> ParseResult:
     """One assistant turn: leading reasoning (its sections are drafts), then text and DSML sections;
     `main` is the family's own dialect, which the hint in errors shows."""
-    return assemble(text, split_sections, main.open, main.hint(), markers, starts_inside, max_calls)
+    return assemble(text, split_sections, main.open, _HINTS[main], markers, starts_inside, max_calls)
 
 
 def split_sections(text: str) -> list[Piece]:
@@ -114,11 +115,14 @@ def _read_section(text: str, start: int, d: Dialect, finders: Finders) -> tuple[
             continue
         if pos >= len(text) or _cut(text, pos, d.close, invoke):
             if pos < len(text) or not out:  # cut inside a tag, or before any call
-                out.append(MalformedCall(f"The text ended inside {d.open} before {d.close}. {d.hint()}", text[start:]))
+                out.append(MalformedCall(f"The text ended inside {d.open} before {d.close}. {_HINTS[d]}", text[start:]))
             return out, len(text)
-        message = f"Unexpected text inside {d.open}; expected {invoke} name=...> or {d.close}. {d.hint()}"
-        if any(text.startswith(x.open, pos) for x in DIALECTS):  # a new section: read on its own
-            out.append(MalformedCall(f"{d.open} is not closed. {d.hint()}", raw=text[start:pos]))
+        message = f"Unexpected text inside {d.open}; expected {invoke} name=...> or {d.close}. {_HINTS[d]}"
+        if _opens_section(text, pos):  # a new section: read on its own, after a run of empty ones
+            if not out:
+                while _opens_section(text, pos):
+                    pos = skip_space(text, pos + len(next(x.open for x in DIALECTS if text.startswith(x.open, pos))))
+            out.append(MalformedCall(f"{d.open} is not closed. {_HINTS[d]}", raw=text[start:pos]))
             return out, pos
         stops = [at for m in (invoke, d.close, *(x.open for x in DIALECTS)) if (at := finders.next(m, pos + 1)) >= 0]
         end = min(stops) if stops else len(text)
@@ -126,6 +130,10 @@ def _read_section(text: str, start: int, d: Dialect, finders: Finders) -> tuple[
         pos = end
         if end >= len(text):
             return out, end
+
+
+def _opens_section(text: str, pos: int) -> bool:
+    return text.startswith(f"<{DSML}", pos) and any(text.startswith(x.open, pos) for x in DIALECTS)
 
 
 def _read_invoke(text: str, start: int, d: Dialect, finders: Finders) -> tuple[ToolCall | MalformedCall, int]:
@@ -191,11 +199,11 @@ def _broken(text: str, start: int, pos: int, d: Dialect, finders: Finders, messa
     stops = [at for m in (d.close, d.tag(d.invoke), *(x.open for x in DIALECTS)) if (at := finders.next(m, pos)) >= 0]
     upto = min(stops) if stops else len(text)
     end = through + len(invoke_end) if 0 <= through < upto else upto
-    return MalformedCall(f"{message} {d.hint()}", raw=text[start:end]), end
+    return MalformedCall(f"{message} {_HINTS[d]}", raw=text[start:end]), end
 
 
 def _cut_off(text: str, start: int, d: Dialect, message: str) -> tuple[MalformedCall, int]:
-    return MalformedCall(f"{message} {d.hint()}", raw=text[start:]), len(text)
+    return MalformedCall(f"{message} {_HINTS[d]}", raw=text[start:]), len(text)
 
 
 def _cut(text: str, pos: int, *markers: str) -> bool:
