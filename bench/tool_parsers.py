@@ -76,8 +76,9 @@ ENCODER_VOCABULARY = {
 }
 """models that ship a Python encoder and no template: their turns are rendered by our family's renderer
 (tests/chat hold it equal to the official encoder), over a vocabulary with the generation's tokens"""
-EXTRA_MARKERS = {"llama3_2": ("<|python_tag|>",)}
-"""tokens a vLLM parser looks up that the template never writes (Llama 3.2's has no <|python_tag|>)"""
+EXTRA_MARKERS = {"llama3_2": ("<|python_tag|>",), "llama4": ("<|python_tag|>",)}
+"""tokens a vLLM parser looks up that the template never writes (Llama 3.2's has no <|python_tag|>; vLLM reads
+Llama 4 JSON calls with its Llama 3 parser)"""
 MARKERS_AS_DATA = "Calls end with </tool_call>, [TOOL_CALLS], <｜tool▁call▁end｜>, <|call|> or <tool_call|>."
 CASES: dict[str, tuple[list[tuple[str, dict[str, Any]]], str, str]] = {
     "single": ([("get_weather", {"city": "Paris"})], "", ""),

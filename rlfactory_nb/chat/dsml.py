@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlfactory_nb.chat.blocks import Finders, Piece, assemble, skip_space
-from rlfactory_nb.chat.parsers import ParseResult
+from rlfactory_nb.chat.parsers import ParseResult, without_end
 from rlfactory_nb.chat.reasoning import ReasoningMarkers
 from rlfactory_nb.chat.schema import Untyped
 from rlfactory_nb.types import MalformedCall, ToolCall
@@ -80,6 +80,7 @@ _HINTS = {d: d.hint() for d in DIALECTS}
 def parse(text: str, main: Dialect, markers: ReasoningMarkers, starts_inside: bool, max_calls: int) -> ParseResult:
     """One assistant turn: leading reasoning (its sections are drafts), then text and DSML sections;
     `main` is the family's own dialect, which the hint in errors shows."""
+    text = without_end(text, ("<｜end▁of▁sentence｜>",))
     return assemble(text, split_sections, main.open, _HINTS[main], markers, starts_inside, max_calls)
 
 

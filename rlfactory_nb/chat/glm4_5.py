@@ -46,7 +46,7 @@ from rlfactory_nb.chat.blocks import (
     typed_value,
 )
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
+from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser, without_end
 from rlfactory_nb.chat.qwen3 import THINK
 from rlfactory_nb.chat.schema import Untyped, resolve
 from rlfactory_nb.types import ToolCall, ToolSpec
@@ -59,6 +59,7 @@ FORMAT_HINT = (
     "</tool_call>"
 )
 SYNTAX = Syntax(CALL_OPEN, CALL_CLOSE, FORMAT_HINT)
+_STOPS = ("<|observation|>", "<|user|>", "<|endoftext|>")
 _NOT_IN_A_NAME = frozenset(" \t\r\n<>{}\"'")
 
 
@@ -77,6 +78,7 @@ class GLM45Parser:
         check_max_calls(self.max_calls)
 
     def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
+        text = without_end(text, _STOPS)
         result = parse_turn(text, SYNTAX, _read_block, THINK, self.starts_in_reasoning, self.max_calls)
         return resolve(result, tools)
 
@@ -162,7 +164,7 @@ GLM4_5 = register_chat_format(
         reasoning=THINK,
         prefills_reasoning=False,
         leading_reasoning_only=True,
-        end_of_turn=("<|observation|>", "<|user|>", "<|endoftext|>"),
+        end_of_turn=_STOPS,
         turn_end="<|observation|>",
         turn_end_opens_next=True,
         keep_tokens=(CALL_OPEN, CALL_CLOSE, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE, "<think>", "</think>"),
@@ -184,7 +186,7 @@ GLM4_7 = register_chat_format(
         reasoning=THINK,
         prefills_reasoning=True,
         leading_reasoning_only=True,
-        end_of_turn=("<|observation|>", "<|user|>", "<|endoftext|>"),
+        end_of_turn=_STOPS,
         turn_end="<|observation|>",
         turn_end_opens_next=True,
         keep_tokens=GLM4_5.keep_tokens,

@@ -28,7 +28,7 @@ from typing import Any
 
 from rlfactory_nb.chat.blocks import Finders, Piece, assemble, skip_space
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
+from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser, without_end
 from rlfactory_nb.chat.reasoning import ReasoningMarkers
 from rlfactory_nb.chat.schema import Untyped, resolve
 from rlfactory_nb.errors import ChatFormatError
@@ -67,6 +67,7 @@ class KimiK3Parser:
         check_max_calls(self.max_calls)
 
     def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
+        text = without_end(text, (END_OF_MESSAGE,))
         inside = in_think(text, self.starts_in_reasoning)
         markers = THINK if inside or text.lstrip().startswith(THINK.open) else None
         result = assemble(text, _pieces, TOOLS_OPEN, FORMAT_HINT, markers, inside, self.max_calls)

@@ -35,6 +35,7 @@ from rlfactory_nb.chat.parsers import (
     describe_json_error,
     json_call,
     register_parser,
+    without_end,
 )
 from rlfactory_nb.types import MalformedCall, Message, ToolCall, ToolSpec
 
@@ -48,6 +49,7 @@ _PYTHONIC = re.compile(r"\[[ \t\r\n]*[A-Za-z_][\w.]*\(")
 _PYTHONIC_LIMIT = 1_000_000
 """characters of a pythonic list parsed at most (ast holds a tree of it in memory)"""
 _SEPARATORS = re.compile(r"(?:[ \t\r\n;,]|<\|python_end\|>)*")
+_ENDS = ("<|eot|>", "<|eom|>", "<|end_of_text|>")
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
@@ -65,7 +67,7 @@ class Llama4Parser:
         check_max_calls(self.max_calls)
 
     def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
-        message, start = _locate(text)
+        message, start = _locate(without_end(text, _ENDS))
         if start < 0:
             answer = message.replace(PYTHON_END, "").strip()
             return ParseResult(answer, answer=answer)
@@ -201,7 +203,7 @@ LLAMA4 = register_chat_format(
         reasoning=None,
         prefills_reasoning=False,
         leading_reasoning_only=False,
-        end_of_turn=("<|eot|>", "<|eom|>", "<|end_of_text|>"),
+        end_of_turn=_ENDS,
         turn_end="<|eot|>",
         keep_tokens=(PYTHON_START, PYTHON_END),
         drops_past_reasoning=False,

@@ -163,6 +163,20 @@ def short_json(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def without_end(text: str, ends: tuple[str, ...]) -> str:
+    """`text` less an end-of-turn token written at its very end (a recorded output may keep the stop
+    token as text; decoded turns never hold it): it is no part of the answer.
+
+    >>> without_end("It is sunny.<|eot|>", ("<|eot|>", "<|eom|>"))
+    'It is sunny.'
+    """
+    stripped = text.rstrip()
+    for end in ends:
+        if stripped.endswith(end):
+            return stripped[: -len(end)]
+    return text
+
+
 def format_error_for_model(error: MalformedCall) -> str:
     """The text the model sees in place of a tool result for a call block it got wrong."""
     text = f"Error: your tool call was not executed. {error.message}"

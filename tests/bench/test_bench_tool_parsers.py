@@ -33,3 +33,27 @@ def test_vllm_reads_the_same_calls_as_ours_on_qwen3_xml():
     assert not isinstance(peer, str), peer
     texts = [t for t in tool_parsers.texts(quick=True) if t.template == "qwen3_5"]
     assert [tool_parsers.theirs(peer, t) for t in texts] == [tool_parsers.ours(t) for t in texts]
+
+
+NEWEST = ["llama4", "llama4_pythonic_vllm", "glm4_7_flash", "deepseek_v3_2", "deepseek_v4", "deepseek_v4_1", "kimi_k3"]
+
+
+def test_the_newest_families_are_rendered_and_ours_reads_them():
+    """Issue 43's families: templates from templates_new/, encoder families through our renderer."""
+    if tool_parsers.template_source("deepseek_v4") is None:
+        pytest.skip("templates_new absent")
+    texts = [t for t in tool_parsers.texts(quick=True) if t.template in NEWEST]
+    assert {t.template for t in texts} == set(NEWEST)
+    unreadable = {(t.template, t.case) for t in texts if tool_parsers.ours(t) != t.expected}
+    # vLLM's pythonic template writes `query="café 東京 "q""`: not Python, no parser can read it
+    assert unreadable <= {("llama4_pythonic_vllm", "nested, unicode")}, unreadable
+
+
+def test_vllm_reads_the_same_dsml_calls_as_ours():
+    pytest.importorskip("vllm")
+    if tool_parsers.template_source("deepseek_v4_1") is None:
+        pytest.skip("templates_new absent")
+    peer = tool_parsers.vllm_parser("deepseek_v4_1", "deepseek_v41")
+    assert not isinstance(peer, str), peer
+    texts = [t for t in tool_parsers.texts(quick=True) if t.template == "deepseek_v4_1"]
+    assert [tool_parsers.theirs(peer, t) for t in texts] == [tool_parsers.ours(t) for t in texts]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 

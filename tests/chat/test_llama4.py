@@ -117,8 +117,8 @@ def test_truncated_at_every_token_never_yields_a_partial_call() -> None:
 
 
 def test_auto_tells_llama4_from_llama3() -> None:
-    for style in TEMPLATES:
-        assert detect_chat_format(TemplateOnly(template_file(TEMPLATES[style]))).name == NAME
+    for file in TEMPLATES.values():
+        assert detect_chat_format(TemplateOnly(template_file(file))).name == NAME
     assert detect_chat_format(TemplateOnly(template_text("llama3_1"))).name == "llama3"
 
 
