@@ -322,6 +322,13 @@ def main() -> None:
             "o200k vocabulary file from the internet; ours reads Harmony text from any tokenizer."
             ),
             (
+                "- The newest generations (issue 43): vLLM's DSML parsers (V3.2, V4, V4.1) and its GLM-4.7 parser "
+                "also return a call cut off inside it; its `llama4_json` (the Llama 3 JSON parser) reads one call "
+                "per message, so the HF template's two concatenated calls are lost, and its `llama4_pythonic` reads "
+                "a list only when it is the whole message (vLLM's own template writes the text first). vLLM's "
+                "pythonic template writes `query=\"café 東京 \"q\"\"`, which is not Python: nobody reads that one."
+            ),
+            (
                 "- \"right\" = the calls the turn was rendered from (none for a turn cut halfway). Disagreements, "
                 "with both readings, are in bench/results/tool_parsers.json; docs/decisions.md discusses them."
             ),
