@@ -44,9 +44,18 @@ def resolve(result: ParseResult, tools: Sequence[ToolSpec] | None) -> ParseResul
     """`result` with every `Untyped` argument typed by `tools`' schemas (or its fallback)."""
     if not any(isinstance(v, Untyped) for call in result.calls for v in call.arguments.values()):
         return result
-    schemas = {spec.name: spec.input_schema for spec in tools or ()}
+    schemas = dict(_schema_of(tool) for tool in tools or ())
     calls = [_typed_call(call, schemas.get(call.name)) for call in result.calls]
     return dataclasses.replace(result, calls=calls)
+
+
+def _schema_of(tool: ToolSpec | dict[str, Any]) -> tuple[str, Any]:
+    """(name, parameters schema) of a `ToolSpec`, or of a tool in OpenAI's form (what a request's
+    `tools` hold), so a caller with either can pass it."""
+    if isinstance(tool, ToolSpec):
+        return tool.name, tool.input_schema
+    function = tool.get("function", tool) if isinstance(tool, dict) else {}
+    return str(function.get("name", "")), function.get("parameters") or function.get("input_schema")
 
 
 def _typed_call(call: ToolCall, schema: dict[str, Any] | None) -> ToolCall:
@@ -61,20 +70,19 @@ def typed(value: Any, schema: Any) -> Any:
 
     >>> typed(Untyped("3", 3), {"type": "string"}), typed(Untyped("3", "3"), {"type": "integer"})
     ('3', 3)
-    >>> typed(Untyped("yes", "yes"), {"type": "boolean"})
-    'yes'
+    >>> typed(Untyped("yes", "yes"), {"type": "boolean"}), typed(Untyped("null", None), {"type": ["string", "null"]})
+    ('yes', None)
     """
     if not isinstance(value, Untyped):
         return value
     declared = schema.get("type") if isinstance(schema, dict) else None
-    if declared == "string":
-        return str(value)
-    convert = _CONVERTERS.get(declared) if isinstance(declared, str) else None
-    if convert is not None:
-        converted = convert(value.strip())
+    kinds = [declared] if isinstance(declared, str) else [k for k in declared if isinstance(k, str)] if isinstance(declared, list) else []
+    for kind in kinds:  # a list (["integer", "null"]) tries each other type before a string
+        convert = _CONVERTERS.get(kind)
+        converted = convert(value.strip()) if convert is not None else _NO
         if converted is not _NO:
             return converted
-    return value.fallback
+    return str(value) if "string" in kinds else value.fallback
 
 
 _NO = object()
