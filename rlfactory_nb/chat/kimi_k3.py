@@ -422,6 +422,7 @@ KIMI_K3 = register_chat_format(
         assistant_message=assistant_message,
         tool_message=tool_message,
         split=split,
+        control_markers=(OPEN, CLOSE, SEP, END_OF_MESSAGE),
         render=render,
     )
 )

@@ -20,9 +20,9 @@ _BOUND: weakref.WeakKeyDictionary[Any, ChatFormat | None] = weakref.WeakKeyDicti
 
 
 def bind(tokenizer: Any, chat_format: ChatFormat) -> None:
-    """Render `tokenizer`'s prompts with `chat_format`'s own renderer (if it has one) from now on."""
-    if chat_format.render is not None:
-        _remember(tokenizer, chat_format)
+    """Render `tokenizer`'s prompts with `chat_format`'s own renderer from now on, or, for a family
+    without one, with the tokenizer's chat template (the family chosen last wins)."""
+    _remember(tokenizer, chat_format if chat_format.render is not None else None)
 
 
 def own_renderer(tokenizer: Any) -> ChatFormat | None:

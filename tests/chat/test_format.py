@@ -90,3 +90,17 @@ def test_decode_keeps_the_familys_special_marker_tokens(tokenizer) -> None:
 )
 def test_reasoning_split(text: str, starts_inside: bool, reasoning: str, rest: str) -> None:
     assert split(text, THINK, starts_inside) == (reasoning, rest)
+
+
+def test_the_family_chosen_last_renders_a_tokenizers_prompts() -> None:
+    """An encoder family bound to a tokenizer renders its prompts; choosing a template family for the
+    same tokenizer later gives rendering back to the template (chat/render.py)."""
+    from rlfactory_nb.chat import render, resolve_chat_format
+    from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    assert render.own_renderer(tokenizer) is None, "a tokenizer with a template renders with it"
+    resolve_chat_format("deepseek_v32", tokenizer)
+    assert render.own_renderer(tokenizer).name == "deepseek_v32"
+    resolve_chat_format("qwen3", tokenizer)
+    assert render.own_renderer(tokenizer) is None
