@@ -36,7 +36,7 @@ _HEADER_LIMIT = 512
 """characters searched for the `>` that ends an invoke or parameter tag: attributes are short, and
 a bounded window keeps a run of broken tags linear"""
 _INVOKE_ATTRIBUTES = re.compile(r'[ \t]*name="([^"<>\n]*)"[ \t]*>')
-_PARAMETER_ATTRIBUTES = re.compile(r'[ \t]*name="([^"<>\n]*)"(?:[ \t]*string="(true|false)")?[ \t]*>')
+_PARAMETER_ATTRIBUTES = re.compile(r'[ \t]*name="([^"<>\n]*)"(?:[ \t]*string="((?i:true|false))")?[ \t]*>')
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _read_invoke(text: str, start: int, d: Dialect, finders: Finders) -> tuple[T
 def _value(raw: str, is_string: str | None) -> Untyped:
     """A parameter's text and its reading without a schema: `string="true"` the text, else the
     JSON value it reads as (the text when it does not read as JSON)."""
-    if is_string == "true":
+    if is_string is not None and is_string.lower() == "true":
         return Untyped(raw, raw)
     try:
         return Untyped(raw, json.loads(raw))

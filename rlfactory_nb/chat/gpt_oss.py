@@ -191,7 +191,7 @@ def _call_message(text: str, start: int, pos: int, channel: str, name: str) -> _
         error = MalformedCall(f"{message} {FORMAT_HINT}", raw=text[start:end])
         return _Message(text[start:end], channel, text[pos:end], error)
 
-    if channel not in ("commentary", "analysis"):
+    if channel not in ("commentary", "analysis", ""):  # no channel at all: addressed, so a call
         return broken(f"A call to functions.{name} must go to the commentary channel, not {channel!r}.", pos)
     if not name:
         return broken("The recipient functions. names no tool.", pos)

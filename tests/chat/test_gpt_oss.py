@@ -129,6 +129,7 @@ def test_a_broken_call_does_not_swallow_the_next() -> None:
         "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|end|>",
         "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>",  # in the role
         "<|channel|>commentary <|constrain|>json to=functions.f<|message|>{}<|call|>",  # in the constrain header
+        "<|start|>assistant to=functions.f<|message|>{}<|call|>",  # no channel at all
     ],
 )
 def test_calls_real_models_write_are_read(text: str) -> None:
