@@ -46,6 +46,7 @@ FORMAT_HINT = (
 )
 _JSON_CALL = re.compile(r'\[?[ \t\r\n]*\{[ \t\r\n]*"name"[ \t\r\n]*:')
 _PYTHONIC = re.compile(r"\[[ \t\r\n]*[A-Za-z_][\w.]*\(")
+_BARE_CALL = re.compile(r"[A-Za-z_][\w.]*\([ \t\r\n]*[A-Za-z_]\w*[ \t\r\n]*=|[A-Za-z_][\w.]*\(\)")
 _PYTHONIC_LIMIT = 1_000_000
 """characters of a pythonic list parsed at most (ast holds a tree of it in memory)"""
 _SEPARATORS = re.compile(r"(?:[ \t\r\n;,]|<\|python_end\|>)*")
@@ -86,13 +87,25 @@ def _locate(text: str) -> tuple[str, int]:
         return text, at
     tagged = text.find(PYTHON_START)
     if tagged < 0:
-        return text, _trailing_list(text)
+        bare = _bare_call(text, at)
+        return (bare, at) if bare is not None else (text, _trailing_list(text))
     message = text[:tagged] + text[tagged + len(PYTHON_START) :]
     found = [m.start() for pattern in (_JSON_CALL, _PYTHONIC) if (m := pattern.search(message, tagged))]
     if found:
         return message, min(found)
     rest = message[tagged:].replace(PYTHON_END, " ").lstrip()
     return message, (len(message) - len(rest)) if rest.startswith(("{", "[")) else -1
+
+
+def _bare_call(text: str, at: int) -> str | None:
+    """A message that is one pythonic call without the list's brackets (`get_weather(city="Paris")`),
+    as the list it means; None when it does not read as a call of literals (then it is text)."""
+    body = text[at:].rstrip()
+    if not (_BARE_CALL.match(body) and body.endswith(")")) or len(body) > _PYTHONIC_LIMIT:
+        return None
+    wrapped = f"{text[:at]}[{body}]"
+    calls, errors, rest = _pythonic(wrapped, at)
+    return wrapped if calls and not errors and not rest.strip() else None
 
 
 def _trailing_list(message: str) -> int:

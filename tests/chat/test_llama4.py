@@ -75,6 +75,9 @@ def test_the_pythonic_templates_turn_parses_back(content: str) -> None:
         ('<|python_start|>{"name": "f", "parameters": {"a": [1, {"b": "}"}]}}<|python_end|>', [("f", {"a": [1, {"b": "}"}]})]),
         ('<|python_start|>[{"name": "f", "arguments": {}}, {"name": "g", "parameters": {}}]<|python_end|>', [("f", {}), ("g", {})]),
         ('{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"x": 1}}', [("f", {}), ("g", {"x": 1})]),
+        ('<|python_start|>[get_weather(city="Paris")]<|python_end|>', [WEATHER]),
+        ('get_weather(city="Paris")<|eom|>', [WEATHER]),
+        ('I will check.\n[get_weather(city="Paris")]', [WEATHER]),
     ],
 )
 def test_shapes_llama4_writes(text: str, expected: list) -> None:
@@ -98,7 +101,7 @@ def test_a_broken_call_is_an_error_and_never_runs(text: str, message: str) -> No
 
 
 def test_text_is_the_answer() -> None:
-    for text in ["It is sunny.", "Use [brackets] like this.", '{"city": "Paris"}', "see [f(x=1)] above."]:
+    for text in ["It is sunny.", "Use [brackets] like this.", '{"city": "Paris"}', "see [f(x=1)] above.", "print(x)"]:
         result = get_parser(NAME).parse(text)
         assert result.calls == [] and result.errors == [] and result.answer == text
 
