@@ -1,7 +1,8 @@
 """Model families (chat formats) and their tool-call parsers.
 
 `get_chat_format("qwen3")` or `detect_chat_format(tokenizer)` gives a family's `ChatFormat`;
-`get_parser("qwen3").parse(text) -> ParseResult(content, calls, errors, reasoning, answer)`.
+`get_parser("qwen3").parse(text, tools=None) -> ParseResult(content, calls, errors, reasoning, answer)`
+(`tools`: the offered `ToolSpec`s, which type XML-style values by their schemas).
 A family is one module here that registers its record (qwen3.py, qwen3_xml.py).
 """
 
