@@ -232,7 +232,7 @@ def test_hostile_text_is_bounded_and_linear(case: str) -> None:
     parser = get_parser("deepseek_v4")
     result = conformance.assert_bounded(parser, make(size), seconds=30.0)
     assert len(result.calls) <= 8 and len(result.errors) <= 10
-    conformance.assert_linear(parser, make)
+    conformance.assert_linear(parser, make, n=100_000)  # large enough to time above a loaded machine's noise
 
 
 def _turns(official: str, thinking: bool) -> list[tuple[str, str]]:

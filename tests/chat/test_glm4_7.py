@@ -112,7 +112,7 @@ def test_hostile_text_is_bounded_and_linear(case: str) -> None:
     size = 10_000_000 if case == "10 MB of openers" else 1_000_000
     result = conformance.assert_bounded(get_parser(NAME), make(size), seconds=30.0)
     assert len(result.calls) <= 8 and len(result.errors) <= 9
-    conformance.assert_linear(get_parser(NAME), make)
+    conformance.assert_linear(get_parser(NAME), make, n=100_000)  # large enough to time above a loaded machine's noise
 
 
 def _turns(thinking: bool) -> list[tuple[str, str]]:
