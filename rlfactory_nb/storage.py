@@ -153,6 +153,24 @@ def read_regular(path: str | Path, max_bytes: int = MAX_READ_BYTES, what: str | 
     return data
 
 
+def open_append(path: str | Path) -> IO[bytes]:
+    """Open a local file for appending (created when missing) without following a symlink or
+    blocking on a FIFO; anything but a regular file is a StorageError naming it."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO without a reader
+            raise StorageError(f"{path} is not a regular file; refused") from None
+        raise
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise StorageError(f"{path} is {_kind(mode)}, not a regular file; refused")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "ab")
+
+
 def write_atomic(target: str | Path, data: bytes | Callable[[IO[bytes]], object]) -> None:
     """Write `target` whole: a temporary file created beside it with `O_EXCL` under a random name
     (`mkstemp`, so a planted `.NAME.tmp-*` link is never written through), renamed over it.

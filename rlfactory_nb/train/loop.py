@@ -63,11 +63,12 @@ from rlfactory_nb.train.pipeline import (
     overlap_metrics,
     sample_staleness,
 )
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.train.run_storage import after_upload, upload_for
 from rlfactory_nb.train.selection import draw_groups, without_truncated
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.versioned_engine import VersionedEngine
-from rlfactory_nb.types import Sample, Trajectory, save_jsonl
+from rlfactory_nb.types import Sample, Trajectory
 
 StepCallback = Callable[[dict[str, Any]], Any]
 StopEvent = asyncio.Event | threading.Event  # what `train` checks between steps: `is_set()`
@@ -322,7 +323,7 @@ class Trainer:
         chosen = flat if limit < 0 else flat[:limit]
         for traj, outcome in chosen:
             traj.metadata.update(step=step, reward=outcome.score, reward_components=outcome.components)
-        save_jsonl([traj for traj, _ in chosen], self.run_dir / "trajectories" / f"step_{step:06d}.jsonl")
+        RunFolder(self.run_dir).write_trajectories(step, [traj for traj, _ in chosen])
 
     # ------------------------------------------------------------------ eval and checkpoints
 
@@ -400,6 +401,7 @@ async def train(
     train_data: Any = None,
     eval_data: Any = None,
     trust_run_objects: bool = False,
+    replace: bool = False,
 ) -> TrainResult:
     """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring.
 
@@ -408,9 +410,12 @@ async def train(
     datasets.Dataset); they are kept in the run folder, so `resume=True` needs them only to change them.
     trust_run_objects: on resume, load the folder's objects even without this user's signature
     (data/objects.py: they run code; read code/reward.py first).
+    replace: delete the run folder first (local or on storage) and start over.
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
+    if replace and not resume:
+        RunFolder(cfg.run_dir).store.remove("")
     upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up
     trainer = Trainer(cfg, policy, runner, objects, trust_run_objects, run_dir=upload.local if upload else None)
     try:
@@ -420,6 +425,7 @@ async def train(
         await trainer.close()
         if upload is not None:
             await asyncio.to_thread(upload.push)
+            upload.discard()  # everything is on storage: the local copy goes
 
 
 def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlfactory_nb.cluster.run_folder import RunFolder
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.config_schema import ConfigError
 from rlfactory_nb.data.rows import DatasetError, load_rows, read_records
 from rlfactory_nb.tools.config import load_tools_config

@@ -13,7 +13,7 @@ import ipywidgets as widgets
 from rollout.scripted import ScriptedEngine  # tests/ is on sys.path
 
 from rlfactory_nb.cluster.jobs import TrainingJob
-from rlfactory_nb.cluster.run_folder import RunFolder
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.eval import EvalComparison, EvalReport, EvalRow
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rollout.agent import Agent

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import uuid
 
-from rlfactory_nb.cluster.run_folder import RunFolder
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.models.checkpoint import CHECKPOINTS, TRAINER_STATE
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.storage import Storage

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlfactory_nb.cluster.jobs import JobFailed, TrainingJob
-from rlfactory_nb.cluster.run_folder import RunFolder
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.types import Trajectory, save_jsonl
 
 
