@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -78,12 +79,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainResult:
-    run_dir: Path
+    run_dir: Path | str
+    """the run folder: a local Path, or its URI for a run on storage"""
     step: int
     """the last completed step"""
     metrics: dict[str, Any]
     """the last step's metrics row"""
-    checkpoint: Path | None
+    checkpoint: Path | str | None
 
 
 class Trainer:
@@ -420,12 +422,16 @@ async def train(
     trainer = Trainer(cfg, policy, runner, objects, trust_run_objects, run_dir=upload.local if upload else None)
     try:
         await trainer.start(resume=resume)
-        return await trainer.run(after_upload(on_step, upload), stop_event)
+        result = await trainer.run(after_upload(on_step, upload), stop_event)
     finally:
         await trainer.close()
         if upload is not None:
             await asyncio.to_thread(upload.push)
             upload.discard()  # everything is on storage: the local copy goes
+    if upload is None:
+        return result
+    checkpoint = upload.stored(result.checkpoint) if result.checkpoint is not None else None
+    return dataclasses.replace(result, run_dir=cfg.run_dir, checkpoint=checkpoint)
 
 
 def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:

@@ -120,6 +120,10 @@ class RunUpload:
         sent += self._push_checkpoints()
         return sent
 
+    def stored(self, local: str | Path) -> str | Path:
+        """Where the local file or folder `local` (inside the local folder) is on storage."""
+        return self.store.uri(Path(local).relative_to(self.local).as_posix())
+
     def discard(self) -> None:
         """Delete the local folder (its staging folder with it), once everything is on storage."""
         folder = self.local.parent if self.local.parent.name.startswith(STAGING_PREFIX) else self.local

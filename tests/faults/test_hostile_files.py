@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.config_schema import ConfigError
 from rlfactory_nb.data.rows import DatasetError, load_rows, read_records
 from rlfactory_nb.tools.config import load_tools_config
 from rlfactory_nb.train.metrics import METRICS_FILE, read_metrics
+from rlfactory_nb.train.run_folder import RunFolder
 
 pytestmark = pytest.mark.timeout(120)
 
