@@ -40,6 +40,7 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -172,12 +173,13 @@ def open_append(path: str | Path) -> IO[bytes]:
 
 
 def write_atomic(target: str | Path, data: bytes | Callable[[IO[bytes]], object]) -> None:
-    """Write `target` whole: a temporary file created beside it with `O_EXCL` under a random name
-    (`mkstemp`, so a planted `.NAME.tmp-*` link is never written through), renamed over it.
-    `data`: the bytes, or a function writing them to the open file."""
+    """Write `target` whole: a temporary file created beside it with `O_CREAT | O_EXCL | O_NOFOLLOW`
+    under a random name (so a planted `.NAME.tmp-*` link is never written through, and the file gets
+    the usual permissions), then renamed over it. `data`: the bytes, or a function writing them to
+    the open file."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    descriptor, name = create_exclusive(target.parent, f".{target.name}.tmp-")
     try:
         with os.fdopen(descriptor, "wb") as file:
             file.write(data) if isinstance(data, bytes) else data(file)
@@ -186,6 +188,19 @@ def write_atomic(target: str | Path, data: bytes | Callable[[IO[bytes]], object]
         with contextlib.suppress(OSError):
             os.unlink(name)
         raise
+
+
+def create_exclusive(folder: str | Path, prefix: str) -> tuple[int, Path]:
+    """A new file in `folder` named `prefix` + random hex, created with `O_EXCL | O_NOFOLLOW` (it
+    cannot be anything that was there before) and mode 0666 less the umask; (descriptor, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = Path(folder) / f"{prefix}{secrets.token_hex(8)}"
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise StorageError(f"{folder}: could not create a temporary file {prefix}* (100 names taken)")
 
 
 class Storage:
