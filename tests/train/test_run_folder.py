@@ -129,7 +129,8 @@ def _spelled_names(source: str) -> list[tuple[int, str]]:
 
 
 def test_only_the_run_folder_spells_run_folder_names():
-    """Before: loop.py, run_storage.py, cli/compare.py and cluster/run_folder.py spelled them."""
+    """Before: cli/compare.py, cluster/run_folder.py, eval.py, train/loop.py, train/metrics.py and
+    train/run_storage.py spelled them."""
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):
         module = path.relative_to(PACKAGE).as_posix()
