@@ -303,6 +303,8 @@ def load_latest(run_dir: str | Path) -> Checkpoint | None:
     name = read_regular(pointer, 4096).decode("utf-8", errors="replace").strip()  # never a FIFO
     match = _STEP_DIR.match(name)
     path = root / name
+    if path.is_symlink() or root.is_symlink():
+        raise CheckpointError(f"{path} is a symbolic link; a checkpoint is read only from inside its run folder")
     if not match or not (path / TRAINER_STATE).exists():
         raise CheckpointError(
             f"{pointer} names {name!r}, which is not a complete checkpoint; delete {pointer} to start "
@@ -317,7 +319,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
     found = []
     for path in root.glob("step_*") if root.exists() else []:
         match = _STEP_DIR.match(path.name)
-        if match and (path / TRAINER_STATE).exists():
+        if match and not path.is_symlink() and (path / TRAINER_STATE).exists():  # links lead elsewhere
             found.append(Checkpoint(path, int(match.group(1))))
     return sorted(found, key=lambda checkpoint: checkpoint.step)
 

@@ -162,6 +162,8 @@ class RunFolder:
     def checkpoints(self) -> list[str | Path]:
         """Complete checkpoints, oldest first: local folders, or URIs for a run on storage."""
         if not self.remote:
+            if self.store.exists(CHECKPOINTS) and not self.store.isdir(CHECKPOINTS):
+                raise StorageError(f"{self.store.uri(CHECKPOINTS)} is not a folder (a link?); refused")
             return [checkpoint.path for checkpoint in list_checkpoints(self.path)]
         return [self.store.uri(f"{CHECKPOINTS}/{name}") for _, name in self.stored_checkpoints()]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tiny_models import random_qwen3
 
-from rlfactory_nb.errors import DatasetError, StorageError
+from rlfactory_nb.errors import CheckpointError, DatasetError, StorageError
 from rlfactory_nb.models.checkpoint import CHECKPOINTS, TRAINER_STATE, load_latest, save_checkpoint
 from rlfactory_nb.storage import Storage, local_copy
 from rlfactory_nb.train.run_folder import JOB_FILE, LOG_FILE, METRICS_FILE, RunExistsError, RunFolder
@@ -336,3 +336,23 @@ def test_a_local_copy_taken_mid_upload_is_refreshed(cache):
     assert (local_copy(uri) / "model.safetensors").read_bytes() == b"new weights"
     assert not (local_copy(uri) / TRAINER_STATE).exists()
     assert json.loads(first.with_name(first.name + ".complete").read_text())["location"] == uri
+
+
+def test_a_linked_checkpoint_folder_is_not_a_checkpoint_of_the_run(tmp_path):
+    """A `checkpoints/step_*` link (or a linked `checkpoints/`) would make the run serve, and a resume
+    load, another folder's weights."""
+    elsewhere = tmp_path / "elsewhere" / "step_000009"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / TRAINER_STATE).write_bytes(b"s")
+    run = tmp_path / "run"
+    (run / CHECKPOINTS).mkdir(parents=True)
+    os.symlink(elsewhere, run / CHECKPOINTS / "step_000009")
+    (run / CHECKPOINTS / "latest").write_text("step_000009\n")
+    assert RunFolder(run).checkpoints() == []
+    with pytest.raises(CheckpointError, match="symbolic link"):
+        load_latest(run)
+    other = tmp_path / "other"
+    other.mkdir()
+    os.symlink(elsewhere.parent, other / CHECKPOINTS, target_is_directory=True)
+    with pytest.raises(StorageError, match="not a folder"):
+        RunFolder(other).checkpoints()
