@@ -60,10 +60,6 @@ MAX_STATUS_BYTES = 1024 * 1024
 """job.json is a few hundred bytes; a larger one is not read"""
 
 
-class RunExistsError(StorageError, FileExistsError):
-    """A run folder already holds a run that this call would start over (resume it, or replace it)."""
-
-
 def trajectory_file(step: int) -> str:
     """The key of step `step`'s trajectories in the run folder.
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from rlfactory_nb._async import maybe_await
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.errors import RunExistsError
 from rlfactory_nb.models.checkpoint import LATEST, TRAINER_STATE, parse_step
 from rlfactory_nb.storage import Storage, is_uri
 from rlfactory_nb.train.run_folder import (
@@ -45,7 +46,6 @@ from rlfactory_nb.train.run_folder import (
     JOB_FILE,
     TENSORBOARD,
     TRAJECTORIES,
-    RunExistsError,
     RunFolder,
 )
 
