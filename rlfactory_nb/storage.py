@@ -375,9 +375,14 @@ class Storage:
             if kind == "directory":
                 self.get_folder(source, destination / name)
             else:
-                with self.open(source) as file:
-                    write_atomic(destination / name, lambda out, file=file: shutil.copyfileobj(file, out, 1 << 20))
+                self.get_file(source, destination / name)
         return destination
+
+    def get_file(self, relative: str, destination: str | Path) -> Path:
+        """Download the file `relative` to `destination`, streamed and written whole (`open`'s checks)."""
+        with self.open(relative) as file:
+            write_atomic(destination, lambda out: shutil.copyfileobj(file, out, 1 << 20))
+        return Path(destination)
 
     # ------------------------------------------------------------------ writing
 

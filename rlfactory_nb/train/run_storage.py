@@ -83,7 +83,7 @@ class RunUpload:
             if self.store.isdir(name):
                 self.store.get_folder(name, target)
             else:
-                target.write_bytes(self.store.read_bytes(name, MAX_PULLED_BYTES) or b"")
+                self.store.get_file(name, target)
         name = self._resume_checkpoint()
         if name is None:
             return None
@@ -204,10 +204,6 @@ def upload_for(cfg: RunConfig, resume: bool, replace: bool = False) -> RunUpload
             upload.discard()
             raise
     return upload
-
-
-MAX_PULLED_BYTES = 1024 * 1024 * 1024
-"""a top-level file a resume copies back (metrics, job.log) is refused past this size"""
 
 
 def after_upload(
