@@ -321,12 +321,14 @@ class Storage:
     def list(self, relative: str) -> list[str]:
         """Names directly under the folder `relative`, sorted (empty when there is no such folder).
         A name that is not one plain path part (`..`, an object key's `a/../b`) is a StorageError."""
-        return sorted(name for name, _ in self._entries(relative))
+        return sorted(name for name, _, _ in self._entries(relative))
 
-    def _entries(self, relative: str) -> list[tuple[str, str]]:
-        """(name, kind) under the folder `relative`; kind is "file", "directory" or what else it is."""
+    def _entries(self, relative: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(name, kind, listing entry) under the folder `relative`; kind is "file" or "directory",
+        anything else (a link, a FIFO, a device) is a StorageError naming it. The folder the user
+        named (`relative` empty) may itself be a link; nothing below it may."""
         path = self._path(relative) if not self.local else self._local_path(relative)
-        if self.local and os.path.islink(path):
+        if self.local and check_key(relative) and os.path.islink(path):
             raise StorageError(f"{self.uri(relative)} is a symbolic link; refused")
         try:
             entries = self.fs.ls(path, detail=True)
@@ -343,25 +345,25 @@ class Storage:
                 kind = _kind(os.lstat(os.path.join(path, name)).st_mode)
             if kind not in ("file", "directory"):
                 raise StorageError(f"{self.uri(key)} is {_article(kind)}, not a file or folder; refused")
-            found.append((name, kind))
+            found.append((name, kind, entry))
         return found
 
     def files(self, relative: str = "") -> dict[str, tuple[int, str]]:
         """Every file below the folder `relative`, by key relative to it: (size, stamp), where the
-        stamp changes when the file is written again (an ETag or a modification time)."""
+        stamp changes when the file is written again (an ETag or a modification time, from the
+        listing itself: no request per file)."""
         found: dict[str, tuple[int, str]] = {}
         base = check_key(relative)
-        for name, kind in self._entries(relative):
-            key = f"{base}/{name}".strip("/")
+        for name, kind, entry in self._entries(relative):
             if kind == "directory":
-                found.update({f"{name}/{inner}": stamp for inner, stamp in self.files(key).items()})
+                found.update({f"{name}/{inner}": stamp for inner, stamp in self.files(f"{base}/{name}").items()})
                 continue
             if self.local:
-                status = os.lstat(self._local_path(key))
+                status = os.lstat(self._local_path(f"{base}/{name}"))
                 found[name] = (status.st_size, str(status.st_mtime_ns))
             else:
-                info = self.fs.info(self._path(key))
-                found[name] = (int(info.get("size") or 0), str(next((info[k] for k in _STAMP_KEYS if info.get(k)), "")))
+                stamp = next((entry[k] for k in _STAMP_KEYS if entry.get(k)), "")
+                found[name] = (int(entry.get("size") or 0), str(stamp))
         return found
 
     def get_folder(self, relative: str, destination: str | Path) -> Path:
@@ -370,7 +372,7 @@ class Storage:
         destination = Path(destination)
         destination.mkdir(parents=True, exist_ok=True)
         base = check_key(relative)
-        for name, kind in self._entries(relative):
+        for name, kind, _ in self._entries(relative):
             source = f"{base}/{name}".strip("/")
             if kind == "directory":
                 self.get_folder(source, destination / name)
