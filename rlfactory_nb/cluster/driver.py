@@ -32,7 +32,7 @@ from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.errors import ModelMismatch
 from rlfactory_nb.models.files import ModelDigest, local_model_digest, node_name
 from rlfactory_nb.train.run_folder import LOG_FILE, TOOL_RECORD, RunFolder
-from rlfactory_nb.train.run_storage import RunUpload, copy_sqlite, staging_folder
+from rlfactory_nb.train.run_storage import RunUpload, copy_sqlite
 
 if TYPE_CHECKING:  # annotations only: the driver's module loads before torch is needed
     import torch
@@ -66,8 +66,8 @@ class TrainingDriver:
         """where the trainer writes: the run folder itself, or for a run on storage (a URI) a folder
         on this node whose files `upload` copies there after each step (train/run_storage.py)"""
         if self.folder.remote:
-            self.local = RunFolder(staging_folder(self.cfg.name) / self.cfg.name)
-            self.upload = RunUpload(self.local.path, self.folder.store, keep_last=self.cfg.grpo.keep_last)
+            self.upload = RunUpload.staged(self.cfg.name, self.folder.store, keep_last=self.cfg.grpo.keep_last)
+            self.local = RunFolder(self.upload.local)
             if resume:  # the log goes on where the last driver left it
                 self.local.path.mkdir(parents=True, exist_ok=True)
                 (self.local.path / LOG_FILE).write_bytes(_previous_log(self.folder))

@@ -53,22 +53,29 @@ SKIPPED = frozenset({JOB_FILE})
 """top-level files the uploader leaves alone (written to the URI by their owner)"""
 NOT_PULLED = frozenset({CHECKPOINTS, TRAJECTORIES, TENSORBOARD})
 """what a resume does not need back (older checkpoints, past rollouts, event files)"""
-STAGING_PREFIX = "rlfactory-nb-"
 
 
 def staging_folder(name: str) -> Path:
     """A fresh private local folder on this node (mode 0700) to train the run `name` in."""
-    return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}-"))
+    return Path(tempfile.mkdtemp(prefix=f"rlfactory-nb-{name}-"))
 
 
 class RunUpload:
     """Copies a local run folder to its URI (module docstring)."""
 
-    def __init__(self, local: str | Path, store: Storage, keep_last: int | None = None):
+    def __init__(self, local: str | Path, store: Storage, keep_last: int | None = None, staging: Path | None = None):
         self.local = Path(local)
         self.store = store
         self.keep_last = keep_last
+        self.staging = staging
+        """the private folder made for `local` (`staged`), which `discard` deletes; None: keep `local`"""
         self._sent: dict[str, tuple[int, int]] = {}
+
+    @classmethod
+    def staged(cls, name: str, store: Storage, keep_last: int | None = None) -> RunUpload:
+        """An upload of the run `name` from a fresh private folder on this node (`staging_folder`)."""
+        staging = staging_folder(name)
+        return cls(staging / name, store, keep_last, staging=staging)
 
     def pull(self) -> int | None:
         """Fetch what a resume reads into the local folder; returns the step of the checkpoint it
@@ -125,9 +132,9 @@ class RunUpload:
         return self.store.uri(Path(local).relative_to(self.local).as_posix())
 
     def discard(self) -> None:
-        """Delete the local folder (its staging folder with it), once everything is on storage."""
-        folder = self.local.parent if self.local.parent.name.startswith(STAGING_PREFIX) else self.local
-        shutil.rmtree(folder, ignore_errors=True)
+        """Delete the staging folder (`staged`), once everything in it is on storage."""
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
     def _stamps(self) -> dict[str, tuple[int, int]]:
         """(size, mtime) of every regular file outside checkpoints/, by relative path (links and
@@ -196,7 +203,7 @@ def upload_for(cfg: RunConfig, resume: bool, replace: bool = False) -> RunUpload
             f"{cfg.run_dir} already holds a run: pass resume=True (CLI: --resume) to continue it, "
             "replace=True to start over, or choose another name (name=...) or output_dir"
         )
-    upload = RunUpload(staging_folder(cfg.name) / cfg.name, folder.store, keep_last=cfg.grpo.keep_last)
+    upload = RunUpload.staged(cfg.name, folder.store, keep_last=cfg.grpo.keep_last)
     if resume:
         try:
             upload.pull()
