@@ -159,7 +159,7 @@ def open_append(path: str | Path) -> IO[bytes]:
     blocking on a FIFO; anything but a regular file is a StorageError naming it."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        descriptor = os.open(path, flags, 0o644)
+        descriptor = os.open(path, flags, 0o666)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO without a reader
             raise StorageError(f"{path} is not a regular file; refused") from None

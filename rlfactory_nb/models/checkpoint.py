@@ -180,6 +180,8 @@ def save_checkpoint(
 ) -> Checkpoint:
     """Write the checkpoint of `step` atomically (module docstring), then keep the `keep_last` newest."""
     root = checkpoint_dir(run_dir)
+    if root.is_symlink():  # a link planted in a shared run folder would take the weights elsewhere
+        raise CheckpointError(f"{root} is a symbolic link; checkpoints are written only inside the run folder")
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_name(step)
     _sweep_leftovers(root)

@@ -157,6 +157,11 @@ def test_planted_temporary_links_do_not_fail_or_redirect_a_checkpoint(tmp_path, 
     saved = save_checkpoint(tmp_path / "run", 1, random_qwen3(), build_tokenizer(), {})
     assert load_latest(tmp_path / "run").path == saved.path and (saved.path / TRAINER_STATE).is_file()
     assert victim.read_bytes() == b"precious" and list(elsewhere.iterdir()) == []
+    (tmp_path / "linked").mkdir()
+    os.symlink(elsewhere, tmp_path / "linked" / CHECKPOINTS)
+    with pytest.raises(CheckpointError, match="symbolic link"):
+        save_checkpoint(tmp_path / "linked", 1, random_qwen3(), None, {})
+    assert list(elsewhere.iterdir()) == []
 
 
 # -- finding 3: reads through symlinks -------------------------------------------------------------
