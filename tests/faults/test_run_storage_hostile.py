@@ -361,3 +361,17 @@ def test_a_linked_checkpoint_folder_is_not_a_checkpoint_of_the_run(tmp_path):
     os.symlink(elsewhere.parent, other / CHECKPOINTS, target_is_directory=True)
     with pytest.raises(StorageError, match="not a folder"):
         RunFolder(other).checkpoints()
+
+
+@pytest.mark.parametrize("name", [LOG_FILE, METRICS_FILE])
+def test_a_fifo_in_a_stored_run_does_not_hang_its_resume(tmp_path, fifo, name):
+    """Before: a resume of a file:// run blocked for ever in `pull` (and the driver in copying job.log)."""
+    from rlfactory_nb.cluster.driver import _previous_log
+
+    shared = tmp_path / "shared" / "run"
+    fifo(shared / name)
+    store = Storage.at(f"file://{shared}")
+    done, result = finishes(lambda: RunUpload(tmp_path / "local", store).pull())
+    assert done and isinstance(result, StorageError) and f"{name} is a FIFO" in str(result)
+    done, result = finishes(lambda: _previous_log(RunFolder(f"file://{shared}")))
+    assert done and isinstance(result, bytes) and (name != LOG_FILE or b"was not copied" in result)
