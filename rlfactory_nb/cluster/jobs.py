@@ -255,7 +255,7 @@ class TrainingJob:
     @property
     def checkpoints(self) -> list[Path | str]:
         """Complete checkpoints, oldest first: Hugging Face folders, or their URIs for a run on storage
-        (`rf.evaluate`, `rf.Policy.load` and `cluster.engine` take either; a URI is fetched once)."""
+        (`rf.evaluate`, `rf.Policy.load` and `cluster.engine` take either; a URI is fetched into the node's cache, again when it changes)."""
         live = self._ask("checkpoints")
         return [_location(p) for p in live] if live is not None else self.folder.checkpoints()
 
