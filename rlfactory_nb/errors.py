@@ -15,7 +15,7 @@
     │                 RewardModelError (ValueError), RewardLoadError (ImportError)
     ├── TrainingError (RuntimeError): StepFailed, StaleSamples
     ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError
-    └── StorageError (OSError)
+    └── StorageError (OSError): RunExistsError (FileExistsError)
 
 One base per family (what failed), and each error keeps the built-in it had before (what kind of
 failure), so an `except ValueError` written against an earlier version catches what it caught. A
@@ -217,3 +217,7 @@ class ShippingError(ClusterError):
 class StorageError(RLFactoryError, OSError):
     """A run's storage (output_dir: a path or a URI, storage.py) cannot be reached, written or read;
     the message names the location and what failed."""
+
+
+class RunExistsError(StorageError, FileExistsError):
+    """A run folder already holds a run that this call would start over: resume it, or replace it."""

@@ -24,6 +24,7 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.engines.base import Engine
+from rlfactory_nb.models.checkpoint import CHECKPOINTS
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
@@ -229,7 +230,7 @@ def _label(model: Policy | str | Path | Engine) -> str:
     if isinstance(model, Policy):
         return model.name or str(model.path)
     path = Path(model)
-    return f"{path.parent.parent.name}/{path.name}" if path.parent.name == "checkpoints" else str(model)
+    return f"{path.parent.parent.name}/{path.name}" if path.parent.name == CHECKPOINTS else str(model)
 
 
 def _report(label: str, rows: list[dict[str, Any]], trajectories: dict[str, list[Trajectory]], scores: dict[str, list[float]]) -> EvalReport:

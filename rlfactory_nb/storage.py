@@ -11,7 +11,17 @@ are relative and use "/". Writes are whole: a reader sees the old file or the ne
 trainer_state.pt, models/checkpoint.py) never takes half a folder for a whole one.
 
 `local_copy(uri)` gives a local folder for one on storage (a checkpoint or a model that
-transformers must open from disk), downloaded once per node into the cache and reused.
+transformers must open from disk), downloaded into this node's cache and reused while the source's
+listing (every file's size and modification time or ETag) is the one it was copied from.
+
+A run folder is shared, so nothing in it is trusted to be what its name says (docs/security.md):
+- a key is a plain relative path: one with `..`, a NUL or an empty part is refused, naming it, and
+  so is a listed name that would resolve outside its folder (an object-store key `a/../../x`);
+- a symlink, FIFO or device where a file or folder is read is refused, naming the key; a local
+  read never follows a link out of the folder, and opens with `O_NONBLOCK | O_NOFOLLOW`;
+- reads are bounded (`max_bytes`); a file past its bound is a StorageError, never read whole;
+- a local write goes to a temporary file made with `O_EXCL` under a random name (`mkstemp`),
+  never through a path someone could have planted, then is renamed over its target.
 
 >>> store = Storage.at("memory://doc/run")
 >>> store.write_text("job.json", '{"state": "running"}')
@@ -23,15 +33,21 @@ transformers must open from disk), downloaded once per node into the cache and r
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import io
+import json
 import os
 import re
+import secrets
 import shutil
+import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rlfactory_nb.errors import StorageError
 
@@ -48,7 +64,11 @@ _BACKENDS = {
 """the package fsspec needs for a protocol, named in the error when it is missing"""
 COMPLETE = ".complete"
 """the suffix of the file written beside a local copy once it is whole (not inside it: a checkpoint's
-digests list every file it holds); a copy without one was cut short and is fetched again"""
+digests list every file it holds); it lists the source files the copy was made from"""
+MAX_READ_BYTES = 64 * 1024 * 1024
+"""what `read_bytes` holds at most unless told otherwise (job.json, pointers, a copied job.log)"""
+_STAMP_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "mtime", "LastModified", "last_modified", "updated", "created")
+"""fields of an fsspec listing that change when an object is written again (the first found is used)"""
 
 
 def is_uri(location: str | Path) -> bool:
@@ -71,13 +91,116 @@ def join(location: str | Path, *parts: str) -> str | Path:
     return Path(location).joinpath(*parts)
 
 
-def is_local(location: str | Path) -> bool:
-    """A local path or a file:// URI: this node reads it as a local folder."""
-    return not is_uri(location) or str(location).startswith("file://")
+def package_cache() -> Path:
+    """The package's cache folder on this node: `$RLFACTORY_NB_CACHE`, else `$XDG_CACHE_HOME/rlfactory_nb`,
+    else `~/.cache/rlfactory_nb`. The one place that decides it (presets, the NL2SQL database and
+    storage copies all live below it)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlfactory_nb"
+    return Path(os.environ.get("RLFACTORY_NB_CACHE") or default)
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlfactory_nb" / "storage"
+    """Where `local_copy` keeps what it downloads."""
+    return package_cache() / "storage"
+
+
+def check_key(relative: str) -> str:
+    """`relative` as a key below a folder ("" for the folder itself), or a StorageError naming it when
+    it could resolve elsewhere: a `..` part, a NUL, a backslash.
+
+    >>> check_key("/checkpoints/step_000001/"), check_key(".")
+    ('checkpoints/step_000001', '')
+    >>> check_key("checkpoints/../../.bashrc")
+    Traceback (most recent call last):
+    ...
+    rlfactory_nb.errors.StorageError: key 'checkpoints/../../.bashrc' would resolve outside its folder; refused
+    """
+    text = str(relative)
+    parts = [part for part in text.strip("/").split("/") if part not in ("", ".")]
+    if any(part == ".." for part in parts) or "\x00" in text or "\\" in text:
+        raise StorageError(f"key {text!r} would resolve outside its folder; refused")
+    return "/".join(parts)
+
+
+def open_regular(path: str | Path, what: str | None = None) -> IO[bytes]:
+    """Open a local file for reading without following a symlink at its last part and without
+    blocking on a FIFO (`O_NOFOLLOW | O_NONBLOCK`); anything but a regular file is a StorageError
+    naming `what` (default: the path). FileNotFoundError when there is none."""
+    what = what or str(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # the last part is a symlink
+            raise StorageError(f"{what} is a symbolic link; refused (a run folder's files are read as they are)") from None
+        raise
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(what)
+        raise StorageError(f"{what} is {_kind(mode)}, not a regular file; refused")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
+def read_regular(path: str | Path, max_bytes: int = MAX_READ_BYTES, what: str | None = None) -> bytes:
+    """A local regular file's bytes (`open_regular`), at most `max_bytes` of them: a longer file is a
+    StorageError naming it."""
+    with open_regular(path, what) as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise StorageError(f"{what or path} is larger than {max_bytes:,} bytes; refused")
+    return data
+
+
+def open_append(path: str | Path) -> IO[bytes]:
+    """Open a local file for appending (created when missing) without following a symlink or
+    blocking on a FIFO; anything but a regular file is a StorageError naming it."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO without a reader
+            raise StorageError(f"{path} is not a regular file; refused") from None
+        raise
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise StorageError(f"{path} is {_kind(mode)}, not a regular file; refused")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "ab")
+
+
+def write_atomic(target: str | Path, data: bytes | Callable[[IO[bytes]], object]) -> None:
+    """Write `target` whole: a temporary file created beside it with `O_CREAT | O_EXCL | O_NOFOLLOW`
+    under a random name (so a planted `.NAME.tmp-*` link is never written through, and the file gets
+    the usual permissions), then renamed over it. `data`: the bytes, or a function writing them to
+    the open file."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, name = create_exclusive(target.parent, f".{target.name}.tmp-")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data) if isinstance(data, bytes) else data(file)
+        os.replace(name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+
+
+def create_exclusive(folder: str | Path, prefix: str) -> tuple[int, Path]:
+    """A new file in `folder` named `prefix` + random hex, created with `O_EXCL | O_NOFOLLOW` (it
+    cannot be anything that was there before) and mode 0666 less the umask; (descriptor, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = Path(folder) / f"{prefix}{secrets.token_hex(8)}"
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise StorageError(f"{folder}: could not create a temporary file {prefix}* (100 names taken)")
 
 
 class Storage:
@@ -122,97 +245,188 @@ class Storage:
         return f"Storage({str(self.location)!r})"
 
     def _path(self, relative: str) -> str:
-        relative = relative.strip("/")
-        return self.root if relative in ("", ".") else f"{self.root}/{relative}"
+        relative = check_key(relative)
+        return self.root if not relative else f"{self.root}/{relative}"
+
+    def _local_path(self, relative: str) -> str:
+        """The local path of `relative`, checked: no folder on the way there is a link out of the
+        run folder (the last part is checked when it is opened)."""
+        path = self._path(relative)
+        parent = os.path.realpath(os.path.dirname(path)) if path != self.root else os.path.realpath(path)
+        root = os.path.realpath(self.root)
+        if parent != root and not parent.startswith(root.rstrip("/") + "/"):
+            raise StorageError(f"{self.uri(relative)}: a folder on its path is a link out of {self.location}; refused")
+        return path
 
     def uri(self, relative: str = "") -> str | Path:
         """The location of `relative`, as a user names it (a URI, or a local Path)."""
-        relative = relative.strip("/")
-        return join(self.location, *([relative] if relative and relative != "." else []))
+        relative = check_key(relative)
+        return join(self.location, *([relative] if relative else []))
 
     # ------------------------------------------------------------------ reading
 
     def exists(self, relative: str) -> bool:
+        if self.local:
+            return os.path.lexists(self._local_path(relative))
         return bool(self.fs.exists(self._path(relative)))
 
     def isdir(self, relative: str) -> bool:
+        if self.local:
+            path = self._local_path(relative)
+            return os.path.isdir(path) and not os.path.islink(path)
         return bool(self.fs.isdir(self._path(relative)))
 
-    def read_bytes(self, relative: str) -> bytes | None:
-        """The file's bytes, or None when there is none."""
+    @contextlib.contextmanager
+    def open(self, relative: str) -> Iterator[IO[bytes]]:
+        """The file `relative`, open for reading in binary; FileNotFoundError when there is none. A
+        symlink, FIFO or device is a StorageError naming it (module docstring)."""
+        if self.local:
+            with open_regular(self._local_path(relative), str(self.uri(relative))) as file:
+                yield file
+            return
+        path = self._path(relative)
+        info = self.fs.info(path)
+        if info.get("type") == "directory":
+            raise IsADirectoryError(str(self.uri(relative)))
+        if info.get("type") not in ("file", None):
+            raise StorageError(f"{self.uri(relative)} is a {info.get('type')}, not a file; refused")
+        with self.fs.open(path, "rb") as file:
+            yield file
+
+    def read_bytes(self, relative: str, max_bytes: int = MAX_READ_BYTES) -> bytes | None:
+        """The file's bytes, or None when there is none; a file past `max_bytes` is a StorageError."""
         try:
-            return self.fs.cat_file(self._path(relative))
+            with self.open(relative) as file:
+                data = file.read(max_bytes + 1)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
+        if len(data) > max_bytes:
+            raise StorageError(f"{self.uri(relative)} is larger than {max_bytes:,} bytes; refused")
+        return data
 
-    def read_text(self, relative: str) -> str | None:
-        data = self.read_bytes(relative)
+    def read_text(self, relative: str, max_bytes: int = MAX_READ_BYTES) -> str | None:
+        data = self.read_bytes(relative, max_bytes)
         return None if data is None else data.decode("utf-8", errors="replace")
 
     def tail(self, relative: str, max_bytes: int) -> bytes:
         """The last `max_bytes` of the file (empty when there is none)."""
         try:
-            size = self.fs.size(self._path(relative))
-            with self.fs.open(self._path(relative), "rb") as file:
+            with self.open(relative) as file:
+                size = file.seek(0, io.SEEK_END)
                 file.seek(max(0, size - max_bytes))
-                return file.read()
-        except (FileNotFoundError, IsADirectoryError):
+                return file.read(max_bytes)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return b""
 
     def list(self, relative: str) -> list[str]:
-        """Names directly under the folder `relative`, sorted (empty when there is no such folder)."""
+        """Names directly under the folder `relative`, sorted (empty when there is no such folder).
+        A name that is not one plain path part (`..`, an object key's `a/../b`) is a StorageError."""
+        return sorted(name for name, _, _ in self._entries(relative))
+
+    def _entries(self, relative: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(name, kind, listing entry) under the folder `relative`; kind is "file" or "directory",
+        anything else (a link, a FIFO, a device) is a StorageError naming it. The folder the user
+        named (`relative` empty) may itself be a link; nothing below it may."""
+        path = self._path(relative) if not self.local else self._local_path(relative)
+        if self.local and check_key(relative) and os.path.islink(path):
+            raise StorageError(f"{self.uri(relative)} is a symbolic link; refused")
         try:
-            entries = self.fs.ls(self._path(relative), detail=False)
+            entries = self.fs.ls(path, detail=True)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted({str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries})
+        found = []
+        for entry in entries:
+            name = str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
+            key = f"{check_key(relative)}/{name}".strip("/")
+            if name in ("", ".", "..") or "\x00" in name or "\\" in name:
+                raise StorageError(f"key {str(entry['name'])!r} under {self.location} would resolve outside its folder; refused")
+            kind = "link" if entry.get("islink") else str(entry.get("type", "file"))
+            if self.local and kind == "other":
+                kind = _kind(os.lstat(os.path.join(path, name)).st_mode)
+            if kind not in ("file", "directory"):
+                raise StorageError(f"{self.uri(key)} is {_article(kind)}, not a file or folder; refused")
+            found.append((name, kind, entry))
+        return found
+
+    def files(self, relative: str = "") -> dict[str, tuple[int, str]]:
+        """Every file below the folder `relative`, by key relative to it: (size, stamp), where the
+        stamp changes when the file is written again (an ETag or a modification time, from the
+        listing itself: no request per file)."""
+        found: dict[str, tuple[int, str]] = {}
+        base = check_key(relative)
+        for name, kind, entry in self._entries(relative):
+            if kind == "directory":
+                found.update({f"{name}/{inner}": stamp for inner, stamp in self.files(f"{base}/{name}").items()})
+                continue
+            if self.local:
+                status = os.lstat(self._local_path(f"{base}/{name}"))
+                found[name] = (status.st_size, str(status.st_mtime_ns))
+            else:
+                stamp = next((entry[k] for k in _STAMP_KEYS if entry.get(k)), "")
+                found[name] = (int(entry.get("size") or 0), str(stamp))
+        return found
 
     def get_folder(self, relative: str, destination: str | Path) -> Path:
-        """Download the folder `relative` into `destination` (created); returns it."""
+        """Download the folder `relative` into `destination` (created); returns it. Every name is
+        checked (`list`), so nothing lands outside `destination`, and no link is followed."""
         destination = Path(destination)
         destination.mkdir(parents=True, exist_ok=True)
-        for name in self.list(relative):
-            source = f"{relative.strip('/')}/{name}"
-            if self.isdir(source):
+        base = check_key(relative)
+        for name, kind, _ in self._entries(relative):
+            source = f"{base}/{name}".strip("/")
+            if kind == "directory":
                 self.get_folder(source, destination / name)
             else:
-                self.fs.get_file(self._path(source), str(destination / name))
+                self.get_file(source, destination / name)
         return destination
+
+    def get_file(self, relative: str, destination: str | Path) -> Path:
+        """Download the file `relative` to `destination`, streamed and written whole (`open`'s checks)."""
+        with self.open(relative) as file:
+            write_atomic(destination, lambda out: shutil.copyfileobj(file, out, 1 << 20))
+        return Path(destination)
 
     # ------------------------------------------------------------------ writing
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         """Write the whole file at once (a reader sees the old or the new one, never half)."""
-        path = self._path(relative)
         if self.local:
-            _write_beside(Path(path), lambda temporary: temporary.write_bytes(data))
+            write_atomic(self._local_path(relative), data)
             return
-        self.fs.pipe_file(path, data)
+        self.fs.pipe_file(self._path(relative), data)
 
     def write_text(self, relative: str, text: str) -> None:
         self.write_bytes(relative, text.encode("utf-8"))
 
     def put_file(self, source: str | Path, relative: str) -> None:
-        path = self._path(relative)
-        if self.local:  # streamed: weights are large
-            _write_beside(Path(path), lambda temporary: shutil.copyfile(source, temporary))
-            return
-        self.fs.put_file(str(source), path)
+        """Upload the local file `source` (a regular file: a link or FIFO is refused) to `relative`."""
+        with open_regular(source) as file:
+            if self.local:  # streamed: weights are large
+                write_atomic(self._local_path(relative), lambda out: shutil.copyfileobj(file, out, 1 << 20))
+                return
+        self.fs.put_file(str(source), self._path(relative))
 
     def put_folder(self, source: str | Path, relative: str, last: Iterable[str] = ()) -> None:
-        """Upload the local folder `source` to `relative`, the files named in `last` after the rest."""
+        """Upload the local folder `source` to `relative`, the files named in `last` after the rest.
+        A link or FIFO inside it is refused, naming it (nothing is followed)."""
         source = Path(source)
-        files = sorted(p for p in source.rglob("*") if p.is_file())
+        files = sorted(_walk_files(source))
         late = set(last)
         for file in [f for f in files if f.name not in late] + [f for f in files if f.name in late]:
-            self.put_file(file, f"{relative.strip('/')}/{file.relative_to(source).as_posix()}")
+            self.put_file(file, f"{check_key(relative)}/{file.relative_to(source).as_posix()}")
 
     def remove(self, relative: str) -> None:
-        """Delete the file or folder `relative` (nothing when it is not there)."""
-        path = self._path(relative)
+        """Delete the file or folder `relative` (nothing when it is not there; a link itself, not
+        what it points at)."""
         if self.local:  # not fsspec's rm: it reads the working directory, which a Ray worker may have lost
-            shutil.rmtree(path, ignore_errors=True) if Path(path).is_dir() else Path(path).unlink(missing_ok=True)
-        elif self.fs.exists(path):
+            path = Path(self._local_path(relative))
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            return
+        path = self._path(relative)
+        if self.fs.exists(path):
             self.fs.rm(path, recursive=True)
 
     def probe(self) -> None:
@@ -239,19 +453,21 @@ class Storage:
 
 def local_copy(location: str | Path, log: Any = None) -> Path:
     """A local folder holding what `location` holds: the folder itself when it is local (a path or a
-    file:// URI), else a copy in this node's cache, downloaded once (a copy cut short is fetched
-    again). For checkpoints and models, which never change once written."""
+    file:// URI), else a copy in this node's cache. The copy is reused while the source lists the
+    same files with the same sizes and stamps (`Storage.files`); otherwise (a copy taken mid-upload,
+    a new run under the same name) it is fetched again."""
     if not is_uri(location):
         return Path(location)
     store = Storage.at(location)
     if store.local:
         return Path(store.root)
+    source = {key: list(stamp) for key, stamp in store.files("").items()}
+    if not source:
+        raise StorageError(f"{location}: no such folder on storage (or an empty one)")
     folder = cache_root() / hashlib.sha256(str(location).rstrip("/").encode()).hexdigest()[:24]
     marker = folder.with_name(folder.name + COMPLETE)
-    if marker.exists() and folder.is_dir():
+    if folder.is_dir() and _copied_from(marker) == source:
         return folder
-    if not store.exists(""):
-        raise StorageError(f"{location}: no such folder on storage")
     if log is not None:
         log(f"downloading {location} to {folder}")
     partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=_ensure(folder.parent)))
@@ -261,18 +477,44 @@ def local_copy(location: str | Path, log: Any = None) -> Path:
         if folder.exists():
             shutil.rmtree(folder)
         partial.rename(folder)
-        marker.write_text(str(location), encoding="utf-8")
+        write_atomic(marker, json.dumps({"location": str(location), "files": source}).encode())
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return folder
 
 
-def _write_beside(target: Path, write: Callable[[Path], object]) -> None:
-    """`write` a temporary file beside `target`, then rename it over `target`: whole or not at all."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    write(temporary)
-    os.replace(temporary, target)
+def _copied_from(marker: Path) -> dict[str, Any] | None:
+    """The source listing a complete local copy was made from (None: no copy, or an unreadable mark)."""
+    try:
+        return json.loads(read_regular(marker, 64 * 1024 * 1024)).get("files")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+
+
+def _walk_files(folder: Path) -> Iterator[Path]:
+    """Every regular file below `folder`, links not followed; a link, FIFO or device is a StorageError."""
+    for path in folder.rglob("*"):
+        mode = path.lstat().st_mode
+        if stat.S_ISREG(mode):
+            yield path
+        elif not stat.S_ISDIR(mode):
+            raise StorageError(f"{path} is {_kind(mode)}; only regular files and folders are uploaded")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a directory" if stat.S_ISDIR(mode) else "a regular file"
+
+
+def _article(kind: str) -> str:
+    return kind if kind.startswith("a ") else {"link": "a symbolic link"}.get(kind, f"a {kind}")
 
 
 def _ensure(folder: Path) -> Path:

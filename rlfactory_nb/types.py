@@ -196,17 +196,25 @@ def load_jsonl(path: str | Path) -> list[Trajectory]:
     """Read a file written by `save_jsonl`. Such files are shared, so every field's type is checked: a
     line that is not JSON or not a trajectory raises a ValueError naming the file, the line and the field.
     """
+    with Path(path).open("rb") as lines:
+        return parse_trajectories(enumerate(lines, 1), str(path))
+
+
+def parse_trajectories(lines: Iterable[tuple[int, bytes | str | None]], where: str) -> list[Trajectory]:
+    """Trajectories from numbered JSON lines (`load_jsonl`'s checks); a line given as None (too long
+    to read) or not a trajectory is a ValueError naming `where` and the line."""
     from pydantic import ValidationError
 
     trajectories = []
-    with Path(path).open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                trajectories.append(_trajectory_schema().validate_json(line, strict=True))
-            except ValidationError as error:
-                raise ValueError(f"{path}, line {number}: not a trajectory: {_describe(error)}") from None
+    for number, line in lines:
+        if line is None:
+            raise ValueError(f"{where}, line {number}: too long to be read")
+        if not line.strip():
+            continue
+        try:
+            trajectories.append(_trajectory_schema().validate_json(line, strict=True))
+        except ValidationError as error:
+            raise ValueError(f"{where}, line {number}: not a trajectory: {_describe(error)}") from None
     return trajectories
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.compare import compare_policies_sync
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, list_checkpoints
-from rlfactory_nb.types import Trajectory, load_jsonl
+from rlfactory_nb.train.run_folder import COMPARE, TRAJECTORIES, RunFolder
+from rlfactory_nb.types import Trajectory
 
 
 def run_compare_command(args: argparse.Namespace) -> int:
@@ -24,7 +24,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
     first, second = args.steps
     trajectories = saved_trajectories(run, max(first, second))[: args.limit]
     comparison = compare_policies_sync(trajectories, policy_at(run, first), policy_at(run, second), device=args.device)
-    out = Path(args.out) if args.out else run / "compare" / f"step_{first}-step_{second}"
+    out = Path(args.out) if args.out else run / COMPARE / f"step_{first}-step_{second}"
     out.mkdir(parents=True, exist_ok=True)
     comparison.tokens.to_csv(out / "tokens.csv", index=False)
     comparison.turns.to_csv(out / "turns.csv", index=False)
@@ -54,8 +54,7 @@ def policy_at(run: Path, step: int) -> str:
 
 def saved_trajectories(run: Path, step: int) -> list[Trajectory]:
     """The trajectories saved at `step`, or at the nearest saved step before it."""
-    files = sorted((run / "trajectories").glob("step_*.jsonl"))
-    usable = [file for file in files if int(file.stem.removeprefix("step_")) <= step]
+    usable = [saved for saved in RunFolder(run).trajectory_steps() if saved <= step]
     if not usable:
-        raise FileNotFoundError(f"{run}/trajectories holds no saved step at or before {step}")
-    return load_jsonl(usable[-1])
+        raise FileNotFoundError(f"{run}/{TRAJECTORIES} holds no saved step at or before {step}")
+    return RunFolder(run).load_trajectories(usable[-1])

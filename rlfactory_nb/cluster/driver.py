@@ -25,14 +25,14 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlfactory_nb.cluster.run_folder import LOG_FILE, RunFolder
 from rlfactory_nb.cluster.shipping import unstage
 from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.errors import ModelMismatch
 from rlfactory_nb.models.files import ModelDigest, local_model_digest, node_name
-from rlfactory_nb.train.run_storage import TOOL_RECORD, RunUpload, copy_sqlite, staging_folder
+from rlfactory_nb.train.run_folder import LOG_FILE, TOOL_RECORD, RunFolder
+from rlfactory_nb.train.run_storage import RunUpload, copy_sqlite
 
 if TYPE_CHECKING:  # annotations only: the driver's module loads before torch is needed
     import torch
@@ -66,11 +66,11 @@ class TrainingDriver:
         """where the trainer writes: the run folder itself, or for a run on storage (a URI) a folder
         on this node whose files `upload` copies there after each step (train/run_storage.py)"""
         if self.folder.remote:
-            self.local = RunFolder(staging_folder(self.cfg.name) / self.cfg.name)
-            self.upload = RunUpload(self.local.path, self.folder.store, keep_last=self.cfg.grpo.keep_last)
+            self.upload = RunUpload.staged(self.cfg.name, self.folder.store, keep_last=self.cfg.grpo.keep_last)
+            self.local = RunFolder(self.upload.local)
             if resume:  # the log goes on where the last driver left it
                 self.local.path.mkdir(parents=True, exist_ok=True)
-                (self.local.path / LOG_FILE).write_bytes(self.folder.store.read_bytes(LOG_FILE) or b"")
+                (self.local.path / LOG_FILE).write_bytes(_previous_log(self.folder))
         self._uploading: asyncio.Task | None = None
         self._record_path: Path | None = None
         """the tools' sqlite record (settings.cache_path), copied into a run on storage as TOOL_RECORD"""
@@ -191,6 +191,8 @@ class TrainingDriver:
         try:
             await asyncio.to_thread(self._copy_up)
             print(f"driver: run folder copied to {self.folder.path}", flush=True)
+            self.upload.discard()  # all of it is on storage now: the node's copy goes
+            self.local = self.folder  # and the reads while lingering come from there
         except Exception as error:  # noqa: BLE001  (recorded: the files stay in the local folder)
             traceback.print_exc()
             text = f"could not copy the run to {self.folder.path}: {type(error).__name__}: {error}; the files are in {self.local.path} on node {node_name()}"
@@ -298,6 +300,15 @@ class TrainingDriver:
             "engine_args": start.options,
             "copy_s": copy_s,
         }
+
+
+def _previous_log(folder: RunFolder) -> bytes:
+    """The stored job.log a resumed driver appends to (its last 64 MiB); a note when it is unreadable
+    (a link or FIFO planted in its place is refused, storage.py)."""
+    try:
+        return folder.store.tail(LOG_FILE, 64 * 1024 * 1024)
+    except OSError as error:
+        return f"driver: the previous {LOG_FILE} was not copied: {error}\n".encode()
 
 
 def _record_path(trainer: Trainer) -> Path | None:

@@ -5,7 +5,7 @@ and the objects from the kernel (`reward=`, `tools=`, `train_data=`, `eval_data=
 with the job (cluster/shipping.py), starts the driver actor (cluster/driver.py) and returns a
 TrainingJob at once. The job is a
 handle: every property is read when asked, from the actor while it lives and from `runs/<name>/`
-(cluster/run_folder.py) otherwise, so a finished run opens without Ray and
+(train/run_folder.py) otherwise, so a finished run opens without Ray and
 `TrainingJob.attach(name, cluster)` reconnects after a kernel restart.
 """
 
@@ -22,7 +22,6 @@ from rlfactory_nb.cluster.engines import start_engine
 from rlfactory_nb.cluster.preflight import absolute_paths, check_named
 from rlfactory_nb.cluster.quiet import quiet_ray_logs
 from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
-from rlfactory_nb.cluster.run_folder import TERMINAL_STATES, RunFolder
 from rlfactory_nb.cluster.shipment import shipment_summary
 from rlfactory_nb.cluster.shipping import runtime_env, upload
 from rlfactory_nb.cluster.tool_cache import SharedToolCache
@@ -36,6 +35,7 @@ from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.extra import ExtraTools
+from rlfactory_nb.train.run_folder import TERMINAL_STATES, RunFolder
 from rlfactory_nb.types import Message, Trajectory
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ class TrainingJob:
     @property
     def checkpoints(self) -> list[Path | str]:
         """Complete checkpoints, oldest first: Hugging Face folders, or their URIs for a run on storage
-        (`rf.evaluate`, `rf.Policy.load` and `cluster.engine` take either; a URI is fetched once)."""
+        (`rf.evaluate`, `rf.Policy.load` and `cluster.engine` take either; a URI is fetched into the node's cache, again when it changes)."""
         live = self._ask("checkpoints")
         return [_location(p) for p in live] if live is not None else self.folder.checkpoints()
 

@@ -23,17 +23,20 @@ is the folder renamed to `step_XXXXXX` and `latest` replaced (itself via a tempo
 rename). A crash at any point leaves `latest` naming a complete checkpoint: either the previous one or
 the new one, never a half-written folder. A folder that was renamed but never made `latest` is ignored
 and overwritten when its step is saved again. Temporary folders (`.tmp-*`) left by a writer that was
-killed are swept at the next save: a run has one writer at a time.
+killed are swept at the next save: a run has one writer at a time. Temporary names are random and
+created exclusively, so a link planted in a shared folder cannot redirect or block a save.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import random
 import re
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,7 @@ import torch
 from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
 from rlfactory_nb.errors import CheckpointError
+from rlfactory_nb.storage import read_regular, write_atomic
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -176,10 +180,12 @@ def save_checkpoint(
 ) -> Checkpoint:
     """Write the checkpoint of `step` atomically (module docstring), then keep the `keep_last` newest."""
     root = checkpoint_dir(run_dir)
+    if root.is_symlink():  # a link planted in a shared run folder would take the weights elsewhere
+        raise CheckpointError(f"{root} is a symbolic link; checkpoints are written only inside the run folder")
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_name(step)
-    temporary = root / f".tmp-{step_name(step)}-{os.getpid()}"
     _sweep_leftovers(root)
+    temporary = _new_folder(root, f".tmp-{step_name(step)}-")
     try:
         _write_folder(temporary, step, model, tokenizer, optimizer_state, config)
         _replace_folder(temporary, final)
@@ -206,7 +212,6 @@ def _write_folder(
     optimizer_state: dict[str, Any],
     config: Any,
 ) -> None:
-    folder.mkdir(parents=True)
     model.save_pretrained(folder)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
@@ -221,18 +226,30 @@ def _write_folder(
     _fsync_dir(folder)
 
 
+def _new_folder(root: Path, prefix: str) -> Path:
+    """A new folder named `prefix` + random hex: `mkdir` fails on anything already there (a link
+    planted under a predictable name cannot redirect the save)."""
+    while True:
+        folder = root / f"{prefix}{secrets.token_hex(8)}"
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir()
+            return folder
+
+
 def _sweep_leftovers(root: Path) -> None:
-    """Delete what an earlier writer left when it was killed mid-save (never a complete checkpoint)."""
-    for leftover in root.glob(".tmp-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    for leftover in root.glob(f".{LATEST}.tmp-*"):
-        leftover.unlink(missing_ok=True)
+    """Delete what an earlier writer left when it was killed mid-save (never a complete checkpoint);
+    a link under such a name is removed itself, never followed."""
+    for leftover in [*root.glob(".tmp-*"), *root.glob(f".{LATEST}.tmp-*")]:
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
 
 
 def _replace_folder(temporary: Path, final: Path) -> None:
     """Rename `temporary` to `final`; a stale `final` (renamed but never made latest) is replaced."""
     if final.exists():
-        stale = final.with_name(f".stale-{final.name}-{os.getpid()}")
+        stale = final.with_name(f".tmp-stale-{final.name}-{secrets.token_hex(8)}")  # swept if left
         final.rename(stale)
         temporary.rename(final)
         shutil.rmtree(stale, ignore_errors=True)
@@ -242,10 +259,12 @@ def _replace_folder(temporary: Path, final: Path) -> None:
 
 
 def _write_pointer(root: Path, name: str) -> None:
-    temporary = root / f".{LATEST}.tmp-{os.getpid()}"
-    temporary.write_text(name + "\n", encoding="utf-8")
-    _fsync_file(temporary)
-    os.replace(temporary, root / LATEST)
+    def write(file: Any) -> None:
+        file.write((name + "\n").encode("utf-8"))
+        file.flush()
+        os.fsync(file.fileno())
+
+    write_atomic(root / LATEST, write)  # O_EXCL under a random name (storage.py)
     _fsync_dir(root)
 
 
@@ -283,9 +302,11 @@ def load_latest(run_dir: str | Path) -> Checkpoint | None:
     pointer = root / LATEST
     if not pointer.exists():
         return None
-    name = pointer.read_text(encoding="utf-8").strip()
+    name = read_regular(pointer, 4096).decode("utf-8", errors="replace").strip()  # never a FIFO
     match = _STEP_DIR.match(name)
     path = root / name
+    if path.is_symlink() or root.is_symlink():
+        raise CheckpointError(f"{path} is a symbolic link; a checkpoint is read only from inside its run folder")
     if not match or not (path / TRAINER_STATE).exists():
         raise CheckpointError(
             f"{pointer} names {name!r}, which is not a complete checkpoint; delete {pointer} to start "
@@ -300,7 +321,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Checkpoint]:
     found = []
     for path in root.glob("step_*") if root.exists() else []:
         match = _STEP_DIR.match(path.name)
-        if match and (path / TRAINER_STATE).exists():
+        if match and not path.is_symlink() and (path / TRAINER_STATE).exists():  # links lead elsewhere
             found.append(Checkpoint(path, int(match.group(1))))
     return sorted(found, key=lambda checkpoint: checkpoint.step)
 

@@ -64,7 +64,7 @@ def model_folder(name: str | Path, log: Callable[[str], None] = print) -> Path |
     text = str(name)
     if text in presets.PRESETS:
         return presets.preset_path(text, log=log)
-    if is_uri(text):  # a checkpoint or model on storage (a run's output_dir): fetched once per node
+    if is_uri(text):  # a checkpoint or model on storage (a run's output_dir): fetched into the node's cache (storage.local_copy)
         return _checked_folder(local_copy(text, log=log))
     path = Path(text).expanduser()
     if path.exists() or path.is_absolute() or text.startswith((".", "~")):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -63,11 +64,12 @@ from rlfactory_nb.train.pipeline import (
     overlap_metrics,
     sample_staleness,
 )
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.train.run_storage import after_upload, upload_for
 from rlfactory_nb.train.selection import draw_groups, without_truncated
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.versioned_engine import VersionedEngine
-from rlfactory_nb.types import Sample, Trajectory, save_jsonl
+from rlfactory_nb.types import Sample, Trajectory
 
 StepCallback = Callable[[dict[str, Any]], Any]
 StopEvent = asyncio.Event | threading.Event  # what `train` checks between steps: `is_set()`
@@ -77,12 +79,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainResult:
-    run_dir: Path
+    run_dir: Path | str
+    """the run folder: a local Path, or its URI for a run on storage"""
     step: int
     """the last completed step"""
     metrics: dict[str, Any]
     """the last step's metrics row"""
-    checkpoint: Path | None
+    checkpoint: Path | str | None
 
 
 class Trainer:
@@ -322,7 +325,7 @@ class Trainer:
         chosen = flat if limit < 0 else flat[:limit]
         for traj, outcome in chosen:
             traj.metadata.update(step=step, reward=outcome.score, reward_components=outcome.components)
-        save_jsonl([traj for traj, _ in chosen], self.run_dir / "trajectories" / f"step_{step:06d}.jsonl")
+        RunFolder(self.run_dir).write_trajectories(step, [traj for traj, _ in chosen])
 
     # ------------------------------------------------------------------ eval and checkpoints
 
@@ -400,6 +403,7 @@ async def train(
     train_data: Any = None,
     eval_data: Any = None,
     trust_run_objects: bool = False,
+    replace: bool = False,
 ) -> TrainResult:
     """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring.
 
@@ -408,18 +412,26 @@ async def train(
     datasets.Dataset); they are kept in the run folder, so `resume=True` needs them only to change them.
     trust_run_objects: on resume, load the folder's objects even without this user's signature
     (data/objects.py: they run code; read code/reward.py first).
+    replace: delete the run folder first (local or on storage) and start over.
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
+    if replace and not resume:
+        RunFolder(cfg.run_dir).store.remove("")
     upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up
     trainer = Trainer(cfg, policy, runner, objects, trust_run_objects, run_dir=upload.local if upload else None)
     try:
         await trainer.start(resume=resume)
-        return await trainer.run(after_upload(on_step, upload), stop_event)
+        result = await trainer.run(after_upload(on_step, upload), stop_event)
     finally:
         await trainer.close()
         if upload is not None:
             await asyncio.to_thread(upload.push)
+            upload.discard()  # everything is on storage: the local copy goes
+    if upload is None:
+        return result
+    checkpoint = upload.stored(result.checkpoint) if result.checkpoint is not None else None
+    return dataclasses.replace(result, run_dir=cfg.run_dir, checkpoint=checkpoint)
 
 
 def train_sync(cfg: RunConfig, **options: Any) -> TrainResult:

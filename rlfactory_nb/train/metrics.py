@@ -39,10 +39,8 @@ a Markdown table as text. metrics.jsonl does not: the run's trajectories/ folder
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
-import os
 import secrets
 import time
 from collections import Counter
@@ -51,11 +49,10 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlfactory_nb.data.rows import DatasetError, bounded_lines, parse_json
-from rlfactory_nb.storage import Storage, is_uri, join
+from rlfactory_nb.storage import open_append, read_regular, write_atomic
+from rlfactory_nb.train.run_folder import METRICS_FILE, TENSORBOARD, WANDB_ID_FILE, read_metrics
 from rlfactory_nb.types import Sample, Trajectory
 
-METRICS_FILE = "metrics.jsonl"
 STEP_KEYS = (
     "step",
     "time",
@@ -282,13 +279,13 @@ class MetricsWriter:
     ):
         self.path = Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._board = _tensorboard_writer(Path(run_dir) / "tensorboard") if tensorboard else None
+        self._board = _tensorboard_writer(Path(run_dir) / TENSORBOARD) if tensorboard else None
         self._wandb = _wandb_run(Path(run_dir), wandb_project, config) if wandb_project else None
 
     def write(self, row: dict[str, Any]) -> None:
         row = {"time": time.time(), **row}
-        with self.path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(row, default=float) + "\n")
+        with open_append(self.path) as out:  # never through a link planted in a shared folder
+            out.write((json.dumps(row, default=float) + "\n").encode("utf-8"))
         if self._board is not None:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key not in ("step", "time"):
@@ -317,9 +314,7 @@ class MetricsWriter:
         if not self.path.exists():
             return
         kept = [row for row in read_metrics(self.path.parent) if int(row.get("step", 0)) <= step]
-        temporary = self.path.with_suffix(".jsonl.tmp")
-        temporary.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
-        os.replace(temporary, self.path)
+        write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept).encode("utf-8"))
 
     def close(self) -> None:
         if self._board is not None:
@@ -328,37 +323,12 @@ class MetricsWriter:
             self._wandb.finish()
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every row of a run's metrics.jsonl. A line that is not a JSON object is skipped, as a torn
-    last line from a crash is: so is one that is not UTF-8, nested too deep, or past MAX_LINE_BYTES."""
-    if is_uri(run_dir):  # a run on storage (storage.py): read whole, it is one small file
-        data = Storage.at(run_dir).read_bytes(METRICS_FILE)
-        source, path = (io.BytesIO(data) if data is not None else None), join(run_dir, METRICS_FILE)
-    else:
-        path = Path(run_dir) / METRICS_FILE
-        source = path if path.exists() else None
-    if source is None:
-        return []
-    rows = []
-    for number, line in bounded_lines(source):
-        try:
-            row = parse_json(line or b"", f"{path}:{number}")
-        except DatasetError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def _tensorboard_writer(folder: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is optional: metrics.jsonl is the record
         return None
     return SummaryWriter(str(folder))
-
-
-WANDB_ID_FILE = "wandb_id.txt"
 
 
 def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> Any:
@@ -372,8 +342,8 @@ def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> An
         ) from error
     id_file = run_dir / WANDB_ID_FILE
     if not id_file.exists():
-        id_file.write_text(secrets.token_hex(4), encoding="utf-8")  # W&B ids: [a-z0-9]
-    run_id = id_file.read_text(encoding="utf-8").strip()
+        write_atomic(id_file, secrets.token_hex(4).encode())  # W&B ids: [a-z0-9]
+    run_id = read_regular(id_file, 256).decode("utf-8", errors="replace").strip()
     return wandb.init(
         project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=config
     )

@@ -12,16 +12,25 @@ to what writes the files.
                                                             only once that file is there
     checkpoints/latest                                      after the checkpoint it names
     job.json                                                not copied: the driver writes it to the
-                                                            URI itself (cluster/run_folder.py)
+                                                            URI itself (cluster/driver.py)
 
 `pull` is the other direction, for a resume on any node: what the trainer reads back (metrics,
-code/, the latest checkpoint and its pointer, job.log to append to), never older checkpoints.
+code/, the latest checkpoint and its pointer, job.log to append to), never older checkpoints. A
+`latest` naming a checkpoint that is not complete (its trainer_state.pt missing) falls back to the
+newest complete one; a stored run with checkpoint folders but none complete is not resumed over.
+A run is never started over a stored one unless `replace=True` (then the stored run is deleted).
+
+Nothing is followed while copying (storage.py): a link or FIFO in the stored run or in the local
+folder is refused, naming it. The local folder is a fresh private one (`staging_folder`), removed
+once everything in it is on storage (`RunUpload.discard`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,36 +38,50 @@ from typing import Any
 
 from rlfactory_nb._async import maybe_await
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.models.checkpoint import CHECKPOINTS, LATEST, TRAINER_STATE, parse_step
+from rlfactory_nb.errors import RunExistsError
+from rlfactory_nb.models.checkpoint import LATEST, TRAINER_STATE, parse_step
 from rlfactory_nb.storage import Storage, is_uri
+from rlfactory_nb.train.run_folder import (
+    CHECKPOINTS,
+    JOB_FILE,
+    TENSORBOARD,
+    TRAJECTORIES,
+    RunFolder,
+)
 
-SKIPPED = frozenset({"job.json"})
+SKIPPED = frozenset({JOB_FILE})
 """top-level files the uploader leaves alone (written to the URI by their owner)"""
-TOOL_RECORD = "tool_record.sqlite"
-"""a run on storage keeps a copy of its tool record (the tools file's settings.cache_path) here"""
-
-
-NOT_PULLED = frozenset({CHECKPOINTS, "trajectories", "tensorboard"})
+NOT_PULLED = frozenset({CHECKPOINTS, TRAJECTORIES, TENSORBOARD})
 """what a resume does not need back (older checkpoints, past rollouts, event files)"""
 
 
 def staging_folder(name: str) -> Path:
-    """A fresh local folder on this node to train the run `name` in."""
+    """A fresh private local folder on this node (mode 0700) to train the run `name` in."""
     return Path(tempfile.mkdtemp(prefix=f"rlfactory-nb-{name}-"))
 
 
 class RunUpload:
     """Copies a local run folder to its URI (module docstring)."""
 
-    def __init__(self, local: str | Path, store: Storage, keep_last: int | None = None):
+    def __init__(self, local: str | Path, store: Storage, keep_last: int | None = None, staging: Path | None = None):
         self.local = Path(local)
         self.store = store
         self.keep_last = keep_last
+        self.staging = staging
+        """the private folder made for `local` (`staged`), which `discard` deletes; None: keep `local`"""
         self._sent: dict[str, tuple[int, int]] = {}
 
+    @classmethod
+    def staged(cls, name: str, store: Storage, keep_last: int | None = None) -> RunUpload:
+        """An upload of the run `name` from a fresh private folder on this node (`staging_folder`)."""
+        staging = staging_folder(name)
+        return cls(staging / name, store, keep_last, staging=staging)
+
     def pull(self) -> int | None:
-        """Fetch what a resume reads into the local folder; returns the latest checkpoint's step
-        (None when the run has none yet)."""
+        """Fetch what a resume reads into the local folder; returns the step of the checkpoint it
+        resumes from (None when the run has none yet). A `latest` that names an incomplete checkpoint
+        falls back to the newest complete one; checkpoint folders without any complete one are a
+        RunExistsError (resuming would start the stored run over)."""
         self.local.mkdir(parents=True, exist_ok=True)
         for name in self.store.list(""):
             if name in NOT_PULLED or name in SKIPPED or name.startswith("."):
@@ -67,15 +90,31 @@ class RunUpload:
             if self.store.isdir(name):
                 self.store.get_folder(name, target)
             else:
-                target.write_bytes(self.store.read_bytes(name) or b"")
-        latest = (self.store.read_text(f"{CHECKPOINTS}/{LATEST}") or "").strip()
-        step = parse_step(latest)
-        if step is None or not self.store.exists(f"{CHECKPOINTS}/{latest}/{TRAINER_STATE}"):
+                self.store.get_file(name, target)
+        name = self._resume_checkpoint()
+        if name is None:
             return None
-        self.store.get_folder(f"{CHECKPOINTS}/{latest}", self.local / CHECKPOINTS / latest)
-        (self.local / CHECKPOINTS / LATEST).write_text(latest + "\n", encoding="utf-8")
-        self._sent = {**self._stamps(), f"{CHECKPOINTS}/{latest}": (0, 0)}  # all of it is there already
-        return step
+        self.store.get_folder(f"{CHECKPOINTS}/{name}", self.local / CHECKPOINTS / name)
+        (self.local / CHECKPOINTS / LATEST).write_text(name + "\n", encoding="utf-8")
+        self._sent = {**self._stamps(), f"{CHECKPOINTS}/{name}": (0, 0)}  # all of it is there already
+        return parse_step(name)
+
+    def _resume_checkpoint(self) -> str | None:
+        """The stored checkpoint a resume starts from: the one `latest` names when complete, else the
+        newest complete one (as the trainer's own folder keeps it); None when no checkpoint folder exists."""
+        complete = [name for _, name in RunFolder(str(self.store.location)).stored_checkpoints()]
+        latest = (self.store.read_text(f"{CHECKPOINTS}/{LATEST}", 1024) or "").strip()
+        if latest in complete:
+            return latest
+        if complete:
+            return complete[-1]
+        if any(parse_step(name) is not None for name in self.store.list(CHECKPOINTS)):
+            raise RunExistsError(
+                f"{self.store.location} holds checkpoint folders but none is complete ({TRAINER_STATE} is "
+                "missing): resuming would start the stored run over. Start over with replace=True, or "
+                "copy a complete checkpoint there"
+            )
+        return None
 
     def push(self) -> list[str]:
         """Upload what changed since the last push; returns the relative paths sent."""
@@ -88,21 +127,31 @@ class RunUpload:
         sent += self._push_checkpoints()
         return sent
 
+    def stored(self, local: str | Path) -> str | Path:
+        """Where the local file or folder `local` (inside the local folder) is on storage."""
+        return self.store.uri(Path(local).relative_to(self.local).as_posix())
+
+    def discard(self) -> None:
+        """Delete the staging folder (`staged`), once everything in it is on storage."""
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
     def _stamps(self) -> dict[str, tuple[int, int]]:
-        """(size, mtime) of every file outside checkpoints/, by relative path."""
+        """(size, mtime) of every regular file outside checkpoints/, by relative path (links and
+        FIFOs are never regular: `put_file` would refuse them)."""
         stamps = {}
         for path in sorted(self.local.rglob("*")):
             relative = path.relative_to(self.local)
             top = relative.parts[0]
+            status = path.lstat()
             if (
-                not path.is_file()
+                not stat.S_ISREG(status.st_mode)
                 or top == CHECKPOINTS
                 or top in SKIPPED
                 or any(p.startswith(".") for p in relative.parts)
             ):
                 continue
-            stat = path.stat()
-            stamps[relative.as_posix()] = (stat.st_size, stat.st_mtime_ns)
+            stamps[relative.as_posix()] = (status.st_size, status.st_mtime_ns)
         return stamps
 
     def _push_checkpoints(self) -> list[str]:
@@ -110,7 +159,7 @@ class RunUpload:
         local = sorted(
             path.name
             for path in (root.iterdir() if root.is_dir() else [])
-            if parse_step(path.name) is not None and (path / TRAINER_STATE).is_file()
+            if parse_step(path.name) is not None and not path.is_symlink() and (path / TRAINER_STATE).is_file()
         )
         sent = []
         for name in local:
@@ -121,7 +170,7 @@ class RunUpload:
                 sent.append(key)
         latest = root / LATEST
         if latest.is_file():
-            pointer = latest.read_text(encoding="utf-8").strip()
+            pointer = latest.read_text(encoding="utf-8").strip()  # the trainer's own file
             if sent or self.store.read_text(f"{CHECKPOINTS}/{LATEST}") is None:
                 self.store.write_text(f"{CHECKPOINTS}/{LATEST}", pointer + "\n")
             self._prune(pointer)
@@ -132,25 +181,35 @@ class RunUpload:
         the one `latest` names always stays."""
         if not self.keep_last:
             return
-        remote = sorted(
-            (step, name) for name in self.store.list(CHECKPOINTS) if (step := parse_step(name)) is not None
-        )
+        remote = RunFolder(str(self.store.location)).stored_checkpoints()  # complete ones only
         for _, name in remote[: -self.keep_last]:
             if name != latest:
                 self.store.remove(f"{CHECKPOINTS}/{name}")
                 self._sent.pop(f"{CHECKPOINTS}/{name}", None)
 
 
-def upload_for(cfg: RunConfig, resume: bool) -> RunUpload | None:
+def upload_for(cfg: RunConfig, resume: bool, replace: bool = False) -> RunUpload | None:
     """For a run on storage (output_dir a URI): a local folder to train in, copied up after each
-    step (module docstring), with what a resume needs fetched first."""
+    step (module docstring), with what a resume needs fetched first. A stored run is never started
+    over: without `resume` it is a RunExistsError unless `replace` (which deletes it first)."""
     if not is_uri(cfg.run_dir):
         return None
-    store = Storage.at(cfg.run_dir)
-    store.probe()
-    upload = RunUpload(staging_folder(cfg.name) / cfg.name, store, keep_last=cfg.grpo.keep_last)
+    folder = RunFolder(cfg.run_dir)
+    folder.store.probe()
+    if replace and folder.exists():
+        folder.store.remove("")
+    elif not resume and folder.holds_run():
+        raise RunExistsError(
+            f"{cfg.run_dir} already holds a run: pass resume=True (CLI: --resume) to continue it, "
+            "replace=True to start over, or choose another name (name=...) or output_dir"
+        )
+    upload = RunUpload.staged(cfg.name, folder.store, keep_last=cfg.grpo.keep_last)
     if resume:
-        upload.pull()
+        try:
+            upload.pull()
+        except BaseException:
+            upload.discard()
+            raise
     return upload
 
 

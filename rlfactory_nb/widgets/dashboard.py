@@ -23,8 +23,8 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from rlfactory_nb.cluster.run_folder import TERMINAL_STATES
 from rlfactory_nb.compare import compare_policies_sync
+from rlfactory_nb.train.run_folder import TERMINAL_STATES
 from rlfactory_nb.types import Trajectory
 from rlfactory_nb.widgets._base import StaticFallback, error_area, report_error, run_callback
 from rlfactory_nb.widgets.front_end import figure_widget

@@ -3,10 +3,10 @@
 from pathlib import Path
 
 from rlfactory_nb.cluster import TrainingJob
-from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.cluster.shipment import shipment_summary
 from rlfactory_nb.cluster.shipping import runtime_env
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.train.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 

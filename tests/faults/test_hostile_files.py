@@ -11,11 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.config_schema import ConfigError
 from rlfactory_nb.data.rows import DatasetError, load_rows, read_records
+from rlfactory_nb.errors import StorageError
 from rlfactory_nb.tools.config import load_tools_config
 from rlfactory_nb.train.metrics import METRICS_FILE, read_metrics
+from rlfactory_nb.train.run_folder import JOB_FILE, LOG_FILE, RunFolder
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -143,6 +144,27 @@ def read_metrics_file(path):
     return read_metrics(path.parent)
 
 
+def read_status(path):
+    """job.json: never raises; what cannot be read is state "unknown" with an error naming the file."""
+    path.rename(path.with_name(JOB_FILE))
+    status = RunFolder(path.parent).status()
+    assert isinstance(status, dict) and "state" in status
+    assert status["state"] != "unknown" or "error" not in status or JOB_FILE in status["error"]
+    return status
+
+
+def read_trajectories(path):
+    folder = path.parent / "trajectories"
+    folder.mkdir(exist_ok=True)
+    path.rename(folder / "step_000001.jsonl")
+    return RunFolder(path.parent).trajectory_records(4)
+
+
+def read_log(path):
+    path.rename(path.with_name(LOG_FILE))
+    return RunFolder(path.parent).logs(100)
+
+
 READERS = [
     (".jsonl", read_dataset, DatasetError),
     (".json", read_dataset, DatasetError),
@@ -152,6 +174,9 @@ READERS = [
     (".yaml", load_tools_config, ConfigError),
     (".json", load_tools_config, ConfigError),
     (".metrics", read_metrics_file, ()),
+    (".status", read_status, ()),
+    (".trajectories", read_trajectories, DatasetError),
+    (".log", read_log, ()),
 ]
 CONTENT = st.one_of(
     st.binary(max_size=2000),
@@ -184,3 +209,45 @@ def test_a_run_config_with_a_nul_byte_is_a_config_error(tmp_path):
     path.write_bytes(b"name: x\x00\n")
     with pytest.raises(ConfigError, match="cannot parse"):
         RunConfig.from_yaml(path)
+
+
+# -- the run folder's readers on what is not a file (issue #44, finding 7) -------------------------
+
+RUN_FOLDER_READERS = {
+    METRICS_FILE: lambda folder: folder.metrics(),
+    JOB_FILE: lambda folder: folder.status(),
+    LOG_FILE: lambda folder: folder.logs(),
+    "trajectories/step_000001.jsonl": lambda folder: folder.trajectory_records(4),
+}
+
+
+@pytest.mark.parametrize("name", list(RUN_FOLDER_READERS))
+@pytest.mark.parametrize("kind", ["fifo", "link-out", "dangling-link"])
+def test_run_folder_readers_refuse_what_is_not_a_plain_file(tmp_path, name, kind):
+    """A FIFO would block `open`; a link would read a file outside the folder. Each reader either
+    refuses it with a StorageError naming the file, or (job.json) reports state "unknown" naming it."""
+    import os
+
+    outside = tmp_path / "secret"
+    outside.write_text('{"step": 1, "state": "running", "id": "leaked"}\n')
+    run = tmp_path / "run"
+    target = run / name
+    target.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        os.symlink(outside if kind == "link-out" else tmp_path / "nowhere", target)
+    try:
+        result = RUN_FOLDER_READERS[name](RunFolder(run))
+    except StorageError as error:
+        assert name.rsplit("/", 1)[-1] in str(error)
+        return
+    finally:
+        if kind == "fifo":
+            try:
+                os.close(os.open(target, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+    assert "leaked" not in str(result) and "running" not in str(result)
+    if name == JOB_FILE and kind != "dangling-link":
+        assert result["state"] == "unknown" and JOB_FILE in result["error"]

@@ -13,11 +13,11 @@ import ipywidgets as widgets
 from rollout.scripted import ScriptedEngine  # tests/ is on sys.path
 
 from rlfactory_nb.cluster.jobs import TrainingJob
-from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.eval import EvalComparison, EvalReport, EvalRow
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools import ToolSet
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.types import MalformedCall, ToolCall, ToolResult, Trajectory, Turn, save_jsonl
 from rlfactory_nb.widgets._base import StaticFallback
 from rlfactory_nb.widgets.dashboard import TrainingDashboard, rollout_label, rollout_order

@@ -101,21 +101,39 @@ def test_an_unknown_or_uninstalled_backend_is_named():
             Storage.at("gs://bucket/runs")
 
 
-def test_local_copy_downloads_once_and_refetches_a_cut_copy(tmp_path, monkeypatch):
+def test_local_copy_downloads_once_and_refetches_a_changed_or_cut_copy(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLFACTORY_NB_CACHE", raising=False)
     uri = f"memory://{uuid.uuid4().hex}/ckpt"
     store = Storage.at(uri)
     store.write_bytes("config.json", b"{}")
     assert local_copy(tmp_path) == tmp_path and local_copy(f"file://{tmp_path}") == tmp_path  # local: as is
-    copy = local_copy(uri)
-    assert copy.is_relative_to(cache_root()) and (copy / "config.json").read_bytes() == b"{}"
+    downloads = []
+    copy = local_copy(uri, log=downloads.append)
+    assert copy.is_relative_to(tmp_path / "cache" / "rlfactory_nb") and (copy / "config.json").read_bytes() == b"{}"
     assert [path.name for path in copy.iterdir()] == ["config.json"]  # nothing added inside (checkpoint digests)
-    store.write_bytes("config.json", b'{"changed": 1}')
-    assert (local_copy(uri) / "config.json").read_bytes() == b"{}"  # written once: never fetched again
+    assert local_copy(uri, log=downloads.append) == copy and len(downloads) == 1  # unchanged: reused
+    store.write_bytes("config.json", b'{"changed": 1}')  # written again (a new run under the same name)
+    assert (local_copy(uri, log=downloads.append) / "config.json").read_bytes() == b'{"changed": 1}'
     copy.with_name(copy.name + COMPLETE).unlink()  # a copy cut short
-    assert (local_copy(uri) / "config.json").read_bytes() == b'{"changed": 1}'
+    assert (local_copy(uri, log=downloads.append) / "config.json").read_bytes() == b'{"changed": 1}'
+    assert len(downloads) == 3
     with pytest.raises(StorageError, match="no such folder"):
         local_copy(f"memory://{uuid.uuid4().hex}/missing")
+
+
+def test_the_cache_folder_honours_rlfactory_nb_cache(tmp_path, monkeypatch):
+    """One cache-folder function (issue #40 item 6): storage copies, presets and the NL2SQL database."""
+    from rlfactory_nb.models.presets import cache_dir as presets_cache
+    from rlfactory_nb.recipes.nl2sql.database import cache_dir as nl2sql_cache
+    from rlfactory_nb.storage import package_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("RLFACTORY_NB_CACHE", str(tmp_path / "mine"))
+    assert package_cache() == presets_cache() == nl2sql_cache() == tmp_path / "mine"
+    assert cache_root().is_relative_to(tmp_path / "mine")
+    monkeypatch.delenv("RLFACTORY_NB_CACHE")
+    assert package_cache() == presets_cache() == nl2sql_cache() == tmp_path / "xdg" / "rlfactory_nb"
 
 
 def test_launch_refuses_a_storage_uri_it_cannot_write_before_anything_starts(tmp_path):

@@ -4,14 +4,15 @@ for an object store (no append, no rename)."""
 
 from __future__ import annotations
 
-import shutil
+import tempfile
 import uuid
+from pathlib import Path
 
-from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.models.checkpoint import CHECKPOINTS, TRAINER_STATE
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.storage import Storage
 from rlfactory_nb.train.loop import train_sync
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.train.run_storage import RunUpload
 
 
@@ -21,8 +22,11 @@ def test_a_run_on_storage_trains_reads_back_and_resumes_from_there_alone(make_cf
     cfg = make_cfg(grpo__checkpoint_every=1, grpo__keep_last=1).replace({"output_dir": uri})
     assert cfg.run_dir == f"{uri}/test"
 
+    staging = set(Path(tempfile.gettempdir()).glob("rlfactory-nb-test-*"))
     first = train_sync(cfg)
-    shutil.rmtree(first.run_dir.parent)  # the local folder it trained in is gone: storage is the record
+    assert first.run_dir == cfg.run_dir and first.checkpoint == f"{uri}/test/{CHECKPOINTS}/step_000002"
+    # the local folder it trained in is gone once uploaded (issue #44 finding 14): storage is the record
+    assert set(Path(tempfile.gettempdir()).glob("rlfactory-nb-test-*")) == staging
     run = RunFolder(cfg.run_dir)
     assert [row["step"] for row in run.metrics()] == [1, 2]
     assert run.checkpoints() == [f"{uri}/test/{CHECKPOINTS}/step_000002"]  # keep_last=1 pruned step 1 there too

@@ -5,7 +5,7 @@ import json
 import ipywidgets
 
 from rlfactory_nb.cluster.jobs import TrainingJob
-from rlfactory_nb.cluster.run_folder import RunFolder
+from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.types import Trajectory, save_jsonl
 from rlfactory_nb.widgets.dashboard import (
     PANELS,

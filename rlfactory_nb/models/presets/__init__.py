@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -30,14 +29,15 @@ from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
 from rlfactory_nb.models.presets.warmstart import WarmStartConfig, warm_start
+from rlfactory_nb.storage import package_cache
 
 PRESETS = ("tiny-calculator",)
 RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), not only in config
 
 
 def cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlfactory_nb"
-    return Path(os.environ.get("RLFACTORY_NB_CACHE") or default)
+    """The package cache (`rlfactory_nb.storage.package_cache`: `$RLFACTORY_NB_CACHE` first)."""
+    return package_cache()
 
 
 def tiny_config() -> Qwen3Config:

@@ -15,6 +15,8 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from rlfactory_nb.storage import package_cache
+
 SCHEMA_VERSION = 1
 """bump when the schema or the generator changes: the cached file name carries it"""
 DEFAULT_SEED = 0
@@ -42,10 +44,9 @@ NUM_ORDERS = 300
 
 
 def cache_dir() -> Path:
-    """The package cache, `models.presets.cache_dir()` (a test keeps them equal): not imported from
-    there because that module loads transformers, which would add seconds to the tool server's start."""
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlfactory_nb"
-    return Path(os.environ.get("RLFACTORY_NB_CACHE") or default)
+    """The package cache (`rlfactory_nb.storage.package_cache`, light to import: the tool server
+    starts without transformers)."""
+    return package_cache()
 
 
 def database_path(seed: int = DEFAULT_SEED) -> Path:
