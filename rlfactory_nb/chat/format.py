@@ -70,6 +70,9 @@ class ChatFormat:
     """(sampled token, token the template renders in its place in history) pairs: Llama 3.1
     samples `<|eom_id|>` after a call and renders `<|eot_id|>`; the drift check counts such a
     difference as expected"""
+    control_markers: tuple[str, ...] = ()
+    """text that is structure to this family's template though the tokenizer may not mark it special
+    (DeepSeek's `<｜User｜>`): tool results, names and ids quoting it are guarded (rollout/guard.py)"""
     turn_end_opens_next: bool = False
     """an assistant turn has no end token of its own: generation stops on the first token of the next
     block (GLM's `<|observation|>` before tool results), which the sampled ids already hold. So
