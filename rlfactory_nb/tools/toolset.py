@@ -26,7 +26,7 @@ from typing import Any, Self
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.config import ConfigError
-from rlfactory_nb.errors import ChatError
+from rlfactory_nb.errors import ChatError, EngineActorDied
 from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.cache import Recorded, SharedCache, ToolCache, cache_key
 from rlfactory_nb.tools.config import (
@@ -269,6 +269,8 @@ class ToolSet:
                 outcome = await entry.invoke(entry.remote_name, args)
         except TimeoutError:
             return Recorded("timeout", f"tool {entry.spec.name} timed out after {timeout_s:g} s"), False
+        except EngineActorDied:  # a model tool's engine: every later call fails too; fail the step, naming it
+            raise
         except (ServerUnavailable, ChatError) as exc:  # the server or the model behind it: may come back
             return Recorded("error", str(exc)), False
         except validate.InvalidArguments as exc:
