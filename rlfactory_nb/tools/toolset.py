@@ -281,9 +281,9 @@ class ToolSet:
 
     def _result(self, name: str, outcome: Recorded, started_at: float, cached: bool = False) -> ToolResult:
         """The ToolResult the caller gets: the outcome's text truncated to `max_result_chars`."""
-        text, limit = outcome.content, self.settings.max_result_chars
-        if len(text) > limit:
-            text = f"{text[:limit]}\n[... truncated: showing {limit} of {len(text)} characters]"
+        text, limit, length = outcome.content, self.settings.max_result_chars, outcome.full_length
+        if length > limit:
+            text = f"{text[:limit]}\n[... truncated: showing {limit} of {length} characters]"
         return _result(name, outcome.status, text, started_at, cached, outcome.details)
 
     # -- setup internals --------------------------------------------------------------------------
@@ -397,7 +397,10 @@ def _make_cache(settings: ToolSetSettings, shared: SharedCache | None) -> ToolCa
         raise ConfigError(["settings.replay: replay needs settings.cache_path (the recorded sqlite file)"])
     if not settings.cache and settings.cache_path is None:
         return None
-    return ToolCache(max_entries=settings.cache_size, path=settings.cache_path, shared=shared)
+    # Entries keep only what the model can read: the rest of a long output is never shown.
+    return ToolCache(
+        max_entries=settings.cache_size, path=settings.cache_path, shared=shared, max_content_chars=settings.max_result_chars
+    )
 
 
 def _unrecorded(name: str, started_at: float) -> ToolResult:
