@@ -47,10 +47,6 @@ _POLL_S = 0.05
 """how often a waiting call looks at its abandoned() event"""
 
 
-class Abandoned(TimeoutError):
-    """The caller stopped waiting for this call (the reward runner's timeout): it was dropped."""
-
-
 class WorkerPool:
     """Up to `max_workers` worker processes, started on demand; `setup` (an importable function)
     runs once in each new worker, under `start_timeout_s`, e.g. to import a slow library."""
@@ -73,8 +69,8 @@ class WorkerPool:
     def call(self, function: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
         """`function(*args)` in a worker process: its JSON result, or TimeoutError after `timeout_s`
         seconds of work (the worker is killed; waiting for a free worker does not count), or
-        RuntimeError when it raised or its worker died. `Abandoned` (a TimeoutError) when the caller
-        stopped waiting (see the module docstring)."""
+        RuntimeError when it raised or its worker died; TimeoutError too when the caller stopped
+        waiting (see the module docstring)."""
         request = {"function": function_name(function), "args": list(args), "cpu_s": timeout_s}
         cancel = abandoned()
         self._acquire(cancel)
@@ -113,7 +109,7 @@ class WorkerPool:
             return
         while not self._slots.acquire(timeout=_POLL_S):
             if cancel.is_set():
-                raise Abandoned("the caller stopped waiting before a worker was free")
+                raise TimeoutError("the caller stopped waiting before a worker was free")
 
     def _take(self, cancel: threading.Event | None = None) -> _Worker:
         try:
@@ -169,7 +165,7 @@ class _Worker:
         stdout = self.process.stdout.fileno()
         while True:
             if cancel is not None and cancel.is_set():
-                raise Abandoned("the caller stopped waiting; the worker process was stopped")
+                raise TimeoutError("the caller stopped waiting; the worker process was stopped")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no result within {timeout_s:g} s; the worker process was stopped")
