@@ -250,7 +250,7 @@ def _family(tokenizer: Any) -> Any:
     for a template no family matches."""
     try:
         return detect_chat_format(tokenizer)
-    except ChatFormatError:
+    except (ChatFormatError, AttributeError):  # no family matches, or a tokenizer without a vocabulary
         return None
 
 
