@@ -222,7 +222,9 @@ class ToolSet:
         if use_cache and (pending := self._in_flight.get(key)) is not None:
             # The same call is running now (a group's samples ask the same thing at the same moment,
             # before any result is cached): share its outcome instead of calling again.
-            found = await asyncio.shield(pending)
+            found = await _shielded(pending)
+            if found is _CANCELLED:
+                return _result(name, "error", _CANCELLED_MESSAGE, started_at)
             if found is None:
                 return _unrecorded(name, started_at)
             self.cache.count_hit()
@@ -235,7 +237,9 @@ class ToolSet:
         if use_cache:
             self._in_flight[key] = call
             call.add_done_callback(lambda _: self._in_flight.pop(key, None))
-        found = await asyncio.shield(call)  # a cancelled caller leaves it to the others
+        found = await _shielded(call)  # a cancelled caller leaves it to the others
+        if found is _CANCELLED:
+            return _result(name, "error", _CANCELLED_MESSAGE, started_at)
         if found is None:
             return _unrecorded(name, started_at)
         outcome, cacheable, cached = found
@@ -401,6 +405,23 @@ def _make_cache(settings: ToolSetSettings, shared: SharedCache | None) -> ToolCa
     return ToolCache(
         max_entries=settings.cache_size, path=settings.cache_path, shared=shared, max_content_chars=settings.max_result_chars
     )
+
+
+_CANCELLED: Any = object()
+_CANCELLED_MESSAGE = "the call was cancelled: the agent-tool call it ran under timed out"
+
+
+async def _shielded(call: asyncio.Future[Found]) -> Found:
+    """`call`'s outcome, awaited under a shield; `_CANCELLED` when `call` itself was cancelled and
+    this caller was not (an agent tool's timeout cancels the calls its rollout started, which
+    another caller may share)."""
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not call.cancelled() or (task is not None and task.cancelling() > 0):
+            raise
+        return _CANCELLED
 
 
 def _unrecorded(name: str, started_at: float) -> ToolResult:

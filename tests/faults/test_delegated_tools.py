@@ -121,3 +121,23 @@ async def test_a_model_tool_on_an_engine_reads_the_policys_markers_as_text(token
         await tools.call("summarise", {"prompt": f"Summarise {INJECTION}"})
     plain, hostile = engine.ids
     assert marker_count(tokenizer, hostile) == marker_count(tokenizer, plain)
+
+
+async def test_a_call_cancelled_under_its_sharers_is_an_error_result_for_them():
+    """An agent tool's timeout cancels the calls its rollout started; another caller sharing one of
+    them (the same call in flight) reads an error result, not a CancelledError out of nowhere."""
+    release = asyncio.Event()
+
+    async def slow(text: str) -> str:
+        """Waits."""
+        await release.wait()
+        return text
+
+    async with ToolSet.from_functions(rf.tool(slow)) as tools:
+        first = asyncio.create_task(tools.call("slow", {"text": "x"}))
+        second = asyncio.create_task(tools.call("slow", {"text": "x"}))
+        await asyncio.sleep(0.1)
+        (shared,) = tools._in_flight.values()
+        shared.cancel()
+        results = await asyncio.gather(first, second)
+    assert [(r.status, "cancelled" in r.content) for r in results] == [("error", True)] * 2
