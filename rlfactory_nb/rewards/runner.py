@@ -5,8 +5,9 @@ Every (sample, function) call runs under a timeout. A sync function runs in its 
 a slow one cannot block the event loop and a hung one cannot keep the interpreter from exiting (a
 thread cannot be killed: a timed-out call is abandoned and counted, and work waiting inside it sees
 that and gives up: rewards/threads.py). An async reward must not do slow synchronous work itself;
-the verified rewards (`tool_verified`) run a sync tool or check in a thread for that reason. An exception, a timeout or a
-value that is not a reward becomes a `RewardFailure` naming the function, the sample and the cause;
+the verified rewards (`tool_verified`) run a sync tool or check in a thread for that reason.
+An exception, a timeout or a value that is not a reward becomes a `RewardFailure` naming the
+function, the sample and the cause;
 `on_error="fail"` raises them all as one `RewardError`, `on_error="zero"` scores that function 0.
 Failures and per-function timings are counted either way and exposed by `metrics`.
 
