@@ -12,7 +12,7 @@ whitespace), so `{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` are one entry:
 >>> cache = ToolCache()
 >>> cache.put("calc.calculator", {"expression": "1+1"}, Recorded("ok", "2"))
 >>> cache.get("calc.calculator", {"expression": "1+1"})
-Recorded(status='ok', content='2', details=None)
+Recorded(status='ok', content='2', details=None, length=None)
 >>> cache.get("calc.calculator", {"expression": "2+2"}) is None
 True
 >>> (cache.hits, cache.misses)
