@@ -5,9 +5,10 @@ A delta (rollout/tokens.py) is a template render tokenized as a whole, so a tool
 turn and open an assistant turn in the context the policy reads and is trained on. Before rendering,
 each marker's text in a message's `content`, `name` and `tool_call_id` is quoted (chat/quoting.py:
 the tokenizer's special tokens and the family's structural markers, special or not, by spelling or
-by tokenization), and the render is tokenized with the quoted text as characters. Tool names are
-held to `NAME_PATTERN`: in the tool messages, and in the assistant turn before them, whose call name
-a template may write into the tool turn's header (gpt-oss). A chat server's `apply_chat_template`
+by tokenization), and the render is tokenized with the quoted text as characters. Tool names and
+call ids (Kimi's come from the model's text) are held to `NAME_PATTERN`: in the tool messages, and
+in the assistant turn before them, whose call name a template may write into the tool turn's header
+(gpt-oss). A chat server's `apply_chat_template`
 does not do this, so the drift check reports such a turn as differing from a full render (which is
 the point).
 """
@@ -44,7 +45,7 @@ def _guarded(quoter: Quoter, message: Message) -> Message:
     for field in ("name", "tool_call_id"):
         value = message.get(field)
         if isinstance(value, str):
-            changed[field] = quoter.text(safe_name(value) if field == "name" else value)
+            changed[field] = quoter.text(safe_name(value))
     if all(changed[field] is message.get(field) for field in changed):
         return message
     return {**message, **changed}
