@@ -2,9 +2,13 @@
 
 A notebook's kernel runs in notebooks/, a papermill run wherever it was started, the CLI at the
 project root; yet an example's config names files relative to the project root. `rf.example(name)`
-finds the project (the working directory or a parent of it, or the checkout this package was
-installed from, or $RLFACTORY_NB_EXAMPLES) and resolves those paths, so the same notebook cell works
-from all three.
+resolves those paths against the project folder, so the same notebook cell works from all three.
+
+The project folder is one the user named, never one found by looking around: `project_dir=`, else
+$RLFACTORY_NB_EXAMPLES, else the checkout this package was installed from. An example's config names
+code to import (`reward: examples/x/reward.py:score`), so a lookup that walked up from the working
+directory ran whatever `examples/` a folder above it held (a planted `examples/calculator/reward.py`
+two levels up did, issue 44).
 """
 
 from __future__ import annotations
@@ -76,29 +80,38 @@ class Example:
         return tools
 
 
-def project_roots() -> list[Path]:
-    """Where the project folder (examples/, notebooks/) may be, most specific first."""
-    roots = [Path(os.environ["RLFACTORY_NB_EXAMPLES"])] if os.environ.get("RLFACTORY_NB_EXAMPLES") else []
-    cwd = Path.cwd().resolve()
-    return roots + [cwd, *cwd.parents, Path(__file__).resolve().parents[1]]
+PACKAGE_PROJECT = Path(__file__).resolve().parents[1]
+"""the checkout this package was installed from (an editable install or a source tree on the path)"""
 
 
-def find_project(relative: str) -> Path:
-    """The first project root holding `relative`; FileNotFoundError naming where it looked."""
-    candidates = project_roots()
-    for root in candidates:
-        if (root / relative).exists():
-            return root
+def project_roots(project_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Where the project folder (examples/, notebooks/) may be: `project_dir` alone when given, else
+    $RLFACTORY_NB_EXAMPLES when set, else the package's checkout. Never the working directory or a
+    folder above it."""
+    if project_dir is not None:
+        return [Path(project_dir).expanduser().resolve()]
+    if os.environ.get("RLFACTORY_NB_EXAMPLES"):
+        return [Path(os.environ["RLFACTORY_NB_EXAMPLES"]).expanduser().resolve()]
+    return [PACKAGE_PROJECT]
+
+
+def find_project(relative: str, project_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The project root holding `relative` (see `project_roots`); FileNotFoundError naming it."""
+    (root,) = project_roots(project_dir)
+    if (root / relative).exists():
+        return root
     raise FileNotFoundError(
-        f"no {relative} in {candidates[0]}, its parents or the package checkout; "
-        "set RLFACTORY_NB_EXAMPLES to the project folder"
+        f"no {relative} in the project folder {root}; pass project_dir= (the folder holding examples/ "
+        "and notebooks/) or set RLFACTORY_NB_EXAMPLES to it"
     )
 
 
-def example(name: str = "calculator") -> Example:
-    """The bundled example `name`; see the module docstring for where it is looked for."""
+def example(name: str = "calculator", project_dir: str | os.PathLike[str] | None = None) -> Example:
+    """The bundled example `name` in the project folder (`project_dir`, else $RLFACTORY_NB_EXAMPLES,
+    else the package's checkout; see the module docstring)."""
     try:
-        return Example(name, find_project(f"examples/{name}/{CONFIG_FILE}"))
+        return Example(name, find_project(f"examples/{name}/{CONFIG_FILE}", project_dir))
     except FileNotFoundError as error:
-        found = sorted({p.parent.name for root in project_roots() for p in (root / "examples").glob(f"*/{CONFIG_FILE}")})
+        (root,) = project_roots(project_dir)
+        found = sorted(p.parent.name for p in (root / "examples").glob(f"*/{CONFIG_FILE}"))
         raise FileNotFoundError(f"no example {name!r}: {error}; available: {', '.join(found) or 'none'}") from None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -41,11 +42,13 @@ is what a lost reply costs (`_execute`), so it is kept well under a job's wait""
 _MODEL_REFERENCE = re.compile(r"IPY_MODEL_([0-9a-f]+)")
 
 
-def notebooks_dir() -> Path:
+def notebooks_dir(project_dir: str | Path | None = None) -> Path:
+    """notebooks/ of the project folder the user named (`project_dir`, $RLFACTORY_NB_EXAMPLES, or the
+    package's checkout: examples.project_roots), never one found above the working directory."""
     # deferred: examples load the runtime (torch); running notebooks needs neither
     from rlfactory_nb.examples import find_project
 
-    return find_project(f"notebooks/{NOTEBOOKS[0]}") / "notebooks"
+    return find_project(f"notebooks/{NOTEBOOKS[0]}", project_dir) / "notebooks"
 
 
 def run_notebooks(
@@ -54,19 +57,23 @@ def run_notebooks(
     notebooks: tuple[str, ...] = NOTEBOOKS,
     html: bool = True,
     timeout_s: int = 900,
+    project_dir: str | Path | None = None,
 ) -> list[Path]:
     """Execute `notebooks` in order into `out_dir` (default runs/<timestamp>); returns the executed paths.
 
     A failing cell stops the sequence with papermill's error, which names the notebook and cell; the
     partly executed notebook is still written, to read what happened. `timeout_s` bounds each cell
     tagged `waits-for-job`, every other cell gets at most QUICK_CELL_S; a notebook whose cell times out
-    runs once more (see `_execute`)."""
+    runs once more (see `_execute`). `project_dir`: the project folder whose notebooks run (and whose
+    examples their kernels load, through $RLFACTORY_NB_EXAMPLES); default: `notebooks_dir`'s."""
     import papermill
 
     out = Path(out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     shared = {"output_dir": str(out / "runs"), **(parameters or {})}
-    source = notebooks_dir()
+    source = notebooks_dir(project_dir)
+    if project_dir is not None:  # the kernels' `rf.example(...)` reads the same project
+        os.environ["RLFACTORY_NB_EXAMPLES"] = str(source.parent)
     executed = []
     for name in notebooks:
         accepted = papermill.inspect_notebook(str(source / name))
@@ -182,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlfactory_nb.notebooks_run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=None, help="output folder (default runs/<timestamp>)")
     parser.add_argument("--ci", action="store_true", help="the notebooks' own small defaults instead of the demo's")
+    parser.add_argument("--project-dir", default=None, help="the project folder (default: the package's checkout)")
     parser.add_argument("parameters", nargs="*", help="notebook parameters as key=value (YAML values)")
     args = parser.parse_args(argv)
     parameters = {} if args.ci else dict(DEMO_PARAMETERS)
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             parser.error(f"parameter {item!r} must look like key=value")
         parameters[key] = yaml.safe_load(value)
-    executed = run_notebooks(args.out, parameters)
+    executed = run_notebooks(args.out, parameters, project_dir=args.project_dir)
     print(f"\nexecuted notebooks (and .html exports) in {executed[0].parent}")
     return 0
 

@@ -152,6 +152,10 @@ DEEPSEEK_V3 = register_chat_format(
             "call turn without <｜tool▁calls▁begin｜>; V3.1 renders history turns as non-thinking "
             "(</think> after <｜Assistant｜>); vLLM's V3 template leaks indentation and newlines"
         ),
+        control_markers=(
+            "<｜User｜>", "<｜Assistant｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+            "<｜tool▁output▁end｜>", "<think>", "</think>",
+        ),
         matches=_is_deepseek,
         assistant_message=assistant_message,
     )

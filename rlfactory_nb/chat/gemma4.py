@@ -262,6 +262,7 @@ GEMMA4 = register_chat_format(
             "generation prompt pre-fills an empty <|channel>thought\\n<channel|> that history does not show; "
             "a turn's text is written after its calls' results"
         ),
+        control_markers=("<|turn>", "<turn|>", "<|tool_response>", "<tool_response|>"),
         matches=_is_gemma4,
         assistant_message=_assistant_message,
         tool_message=messages.named_tool_message,

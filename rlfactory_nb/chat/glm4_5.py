@@ -173,6 +173,7 @@ GLM4_5 = register_chat_format(
             "renders an empty <think></think> for assistant turns before the last user message; with "
             "thinking off appends /nothink to user messages and pre-fills <think></think>"
         ),
+        control_markers=("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<tool_response>", "</tool_response>"),
         matches=_is_glm4_5,
     )
 )

@@ -132,6 +132,7 @@ KIMI_K2 = register_chat_format(
             "writes an empty <think></think> for assistant turns up to the last answer without calls "
             "(their reasoning is dropped); later turns keep reasoning_content"
         ),
+        control_markers=("<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>"),
         matches=_is_kimi_k2,
         assistant_message=assistant_message,
         tool_message=tool_message,

@@ -127,6 +127,7 @@ LLAMA3 = register_chat_format(
             "renders a past call turn as canonical JSON ending in <|eot_id|>: a sampled <|eom_id|> "
             "becomes <|eot_id|> (expected) and a sampled <|python_tag|> is dropped (reported as drift)"
         ),
+        control_markers=("<|start_header_id|>", "<|end_header_id|>"),
         matches=_is_llama3,
         rendered_as=(("<|eom_id|>", "<|eot_id|>"),),
     )

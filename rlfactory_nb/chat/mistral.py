@@ -256,6 +256,7 @@ MISTRAL = register_chat_format(
             "none in a rollout: content (with any [THINK] block) is rendered as sampled and calls as "
             "NAME[ARGS] + the arguments' JSON; consecutive messages of one role are merged"
         ),
+        control_markers=("[INST]", "[/INST]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"),
         matches=_is_mistral,
         assistant_message=_assistant_message,
         tool_message=messages.named_tool_message,

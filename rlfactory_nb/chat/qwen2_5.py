@@ -50,6 +50,7 @@ QWEN2_5 = register_chat_format(
         keep_tokens=(),
         drops_past_reasoning=False,
         history_rewriting="none: the template renders every turn as sampled",
+        control_markers=("<tool_response>", "</tool_response>", "<|im_start|>"),
         matches=_is_qwen2_5,
     )
 )

@@ -203,6 +203,7 @@ QWEN3 = register_chat_format(
             "drops the think block of assistant turns before the last user query; in non-thinking mode "
             "each generation prompt pre-fills an empty <think>\\n\\n</think>\\n\\n that a full render drops"
         ),
+        control_markers=("<tool_response>", "</tool_response>", "<|im_start|>"),
         matches=_is_qwen3,
     )
 )

@@ -225,6 +225,7 @@ QWEN3_XML = register_chat_format(
             "preserve_thinking keeps them); with thinking off each generation prompt pre-fills an empty "
             "<think>\\n\\n</think>\\n\\n"
         ),
+        control_markers=("<tool_response>", "</tool_response>", "<|im_start|>"),
         matches=_is_qwen3_xml,
     )
 )

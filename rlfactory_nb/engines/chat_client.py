@@ -11,7 +11,9 @@ they share, so a judge and a model tool behave alike on a slow, failing or hosti
 
 Engine: the model's own tokenizer and chat template (the engine's `.tokenizer`, or `tokenizer=`)
 render the messages to ids here, in the kernel or the driver, and only ids travel (tokens in, tokens
-out: DESIGN.md). Each request is one `generate` call; up to `max_concurrency` are in flight at once,
+out: DESIGN.md). Every message's text is quoted first (chat/quoting.py): a policy's answer in a
+judge's prompt that spells `<|im_end|><|im_start|>system` is read as characters, so it cannot close
+the grading turn and write turns of its own. Each request is one `generate` call; up to `max_concurrency` are in flight at once,
 and the engine batches them (hf: one padded batch; vLLM: continuous batching). An engine that died
 (`EngineActorDied`) is raised as it is, never as a ChatError: every later request would fail too, so
 a caller must not count it as one bad reply (the trainer fails the step, naming the engine).
@@ -35,9 +37,11 @@ from typing import Any, Protocol
 
 import httpx
 
+from rlfactory_nb.chat import quoting
+from rlfactory_nb.chat.detect import detect_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.engines.chat_http import Answer, ReplyRejected, post, retry_after_s, token_counts
-from rlfactory_nb.errors import ChatError, EngineActorDied
+from rlfactory_nb.errors import ChatError, ChatFormatError, EngineActorDied
 from rlfactory_nb.types import Message
 
 _MAX_WAIT_S = 60.0
@@ -189,6 +193,7 @@ class EngineChatClient:
         self.where = f"engine {getattr(engine, 'name', type(engine).__name__)}"
         self.model = model or str(getattr(self.tokenizer, "name_or_path", "") or self.where)
         self._limits = _PerLoop(lambda: asyncio.Semaphore(settings.max_concurrency))
+        self.chat_format = _family(self.tokenizer)
 
     def __repr__(self) -> str:
         return f"EngineChatClient({self.where!r})"
@@ -225,8 +230,12 @@ class EngineChatClient:
             self.usage.seconds += time.perf_counter() - start
 
     def _render(self, messages: Sequence[Message]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """The prompt's ids, every message's text quoted (chat/quoting.py): the policy's words in a
+        judge's or model tool's prompt spelling `<|im_end|>` stay characters, not a turn marker."""
+        quoter = quoting.Quoter(self.tokenizer, self.chat_format)
+        quoted = quoter.messages(messages)
+        text = self.tokenizer.apply_chat_template(quoted, add_generation_prompt=True, tokenize=False)
+        return quoting.encode(self.tokenizer, text, quoter.found)
 
     def _failure(self, message: str) -> ChatError:
         self.usage.failures += 1
@@ -234,6 +243,15 @@ class EngineChatClient:
 
     async def aclose(self) -> None:
         """Nothing to close: the engine is its owner's (close it there)."""
+
+
+def _family(tokenizer: Any) -> Any:
+    """The tokenizer's family, whose structural markers are quoted too; None (special tokens only)
+    for a template no family matches."""
+    try:
+        return detect_chat_format(tokenizer)
+    except (ChatFormatError, AttributeError):  # no family matches, or a tokenizer without a vocabulary
+        return None
 
 
 @dataclass

@@ -13,6 +13,14 @@ importable function and its JSON arguments; the reply is one JSON line on a priv
 worker's stdout (its fd 1 is pointed at stderr, so a library that prints cannot garble a reply).
 Each call also caps the worker's CPU time (RLIMIT_CPU, the timeout plus a second), so a worker left
 computing by a parent that crashed stops by itself. POSIX only: select on pipes, resource limits.
+
+The pool is bounded (`max_workers` processes) and its callers may be abandoned: the reward runner's
+timeout gives up on a sync reward's thread, which cannot be killed. Such a call used to stay queued
+for a worker, and a hostile answer's worker computed on for its whole `timeout_s`, so the next
+step's correct answers waited behind work nobody would read and scored 0 on the runner's timeout.
+Now a call run under `rewards.threads.in_daemon_thread` watches its `abandoned()` event: abandoned
+while waiting for a worker, it leaves the queue; while its worker computes, the worker is killed
+(and replaced by the next call that finds no idle worker, as after a timeout).
 """
 
 from __future__ import annotations
@@ -31,8 +39,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.rewards.threads import abandoned
+
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds rlfactory_nb/
 _WORKER_COMMAND = "from rlfactory_nb.rewards.isolated import serve; serve()"
+_POLL_S = 0.05
+"""how often a waiting call looks at its abandoned() event"""
 
 
 class WorkerPool:
@@ -48,6 +60,7 @@ class WorkerPool:
         self.start_timeout_s = start_timeout_s
         self.started = 0
         """worker processes started so far, replacements of killed ones included"""
+        self.max_workers = max_workers
         self._slots = threading.BoundedSemaphore(max_workers)
         self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._live: set[_Worker] = set()
@@ -55,39 +68,63 @@ class WorkerPool:
 
     def call(self, function: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
         """`function(*args)` in a worker process: its JSON result, or TimeoutError after `timeout_s`
-        seconds (the worker is killed), or RuntimeError when it raised or its worker died."""
+        seconds of work (the worker is killed; waiting for a free worker does not count), or
+        RuntimeError when it raised or its worker died; TimeoutError too when the caller stopped
+        waiting (see the module docstring)."""
         request = {"function": function_name(function), "args": list(args), "cpu_s": timeout_s}
-        with self._slots:
-            worker = self._take()
+        cancel = abandoned()
+        self._acquire(cancel)
+        try:
+            worker = self._take(cancel)
             try:
-                reply = worker.request(request, timeout_s)
+                reply = worker.request(request, timeout_s, cancel)
             except BaseException:
                 self._discard(worker)
                 raise
             self._idle.put(worker)
+        finally:
+            self._slots.release()
         if "error" in reply:
             raise RuntimeError(f"{request['function']} in a worker process raised {reply['error']}")
         return reply["result"]
+
+    @property
+    def live(self) -> int:
+        """worker processes running now (busy, idle or starting)"""
+        with self._lock:
+            return len(self._live)
 
     def close(self) -> None:
         """Kill every worker; a later call starts new ones."""
         with self._lock:
             workers, self._live = self._live, set()
+            self._idle = queue.SimpleQueue()  # killed: no call may take one
         for worker in workers:
             worker.kill()
 
-    def _take(self) -> _Worker:
+    def _acquire(self, cancel: threading.Event | None) -> None:
+        """A slot (one of `max_workers`); given up when `cancel` is set."""
+        if cancel is None:
+            self._slots.acquire()
+            return
+        while not self._slots.acquire(timeout=_POLL_S):
+            if cancel.is_set():
+                raise TimeoutError("the caller stopped waiting before a worker was free")
+
+    def _take(self, cancel: threading.Event | None = None) -> _Worker:
         try:
             return self._idle.get_nowait()
         except queue.Empty:
-            pass
+            return self._start(cancel)
+
+    def _start(self, cancel: threading.Event | None = None) -> _Worker:
         worker = _Worker()
         with self._lock:
             self._live.add(worker)
             self.started += 1
         if self.setup is not None:
             try:
-                worker.request({"function": self.setup, "args": [], "cpu_s": self.start_timeout_s}, self.start_timeout_s)
+                worker.request({"function": self.setup, "args": [], "cpu_s": self.start_timeout_s}, self.start_timeout_s, cancel)
             except BaseException:
                 self._discard(worker)
                 raise
@@ -112,7 +149,7 @@ class _Worker:
         )
         self._pending = b""
 
-    def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def request(self, message: dict[str, Any], timeout_s: float, cancel: threading.Event | None = None) -> dict[str, Any]:
         try:
             self.process.stdin.write(json.dumps(message).encode() + b"\n")
             self.process.stdin.flush()
@@ -120,15 +157,21 @@ class _Worker:
             raise RuntimeError(f"the worker process exited (code {self.process.poll()})") from None
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._pending:
-            self._pending += self._read(deadline, timeout_s)
+            self._pending += self._read(deadline, timeout_s, cancel)
         line, _, self._pending = self._pending.partition(b"\n")
         return json.loads(line)
 
-    def _read(self, deadline: float, timeout_s: float) -> bytes:
-        remaining = deadline - time.monotonic()
+    def _read(self, deadline: float, timeout_s: float, cancel: threading.Event | None) -> bytes:
         stdout = self.process.stdout.fileno()
-        if remaining <= 0 or not select.select([stdout], [], [], remaining)[0]:
-            raise TimeoutError(f"no result within {timeout_s:g} s; the worker process was stopped")
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise TimeoutError("the caller stopped waiting; the worker process was stopped")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no result within {timeout_s:g} s; the worker process was stopped")
+            wait = remaining if cancel is None else min(remaining, _POLL_S)
+            if select.select([stdout], [], [], wait)[0]:
+                break
         chunk = os.read(stdout, 1 << 16)
         if not chunk:
             raise RuntimeError(f"the worker process exited (code {self.process.wait()})")

@@ -8,6 +8,9 @@ math-verify's own timeout is `signal.alarm`, which fails in the runner's worker 
 stop a long C call anyway; so each check runs in a worker process (`rewards.isolated`) that is
 killed after `timeout_s`. A killed check scores 0 and says so in the `timeout` component, which the
 step's metrics show as `reward/<name>/timeout`: the share of samples whose check ran out of time.
+The pool has at least two workers, so one hostile answer holds one and the others go on; a check the
+reward runner stopped waiting for (its `timeout_s`) leaves the queue, or has its worker killed and
+replaced, instead of holding a worker for the next step's answers (`rewards.isolated`).
 
 `gsm8k` reproduces the scorers published GSM8K numbers come from: "strict" reads the `#### n` the
 dataset's own solutions end with (verl's default), "flexible" the last number written (lm-eval's
@@ -55,7 +58,7 @@ def math_verify(sample: Sample, *, timeout_s: float = 5.0) -> dict[str, float]:
 @functools.cache
 def _verifier() -> WorkerPool:
     """The worker processes every `math_verify` call shares; each imports math-verify once."""
-    return WorkerPool(max_workers=min(4, os.cpu_count() or 1), setup=_load_math_verify)
+    return WorkerPool(max_workers=max(2, min(4, os.cpu_count() or 1)), setup=_load_math_verify)
 
 
 def _load_math_verify() -> None:

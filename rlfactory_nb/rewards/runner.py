@@ -3,8 +3,11 @@ crash or stall a training step silently.
 
 Every (sample, function) call runs under a timeout. A sync function runs in its own daemon thread, so
 a slow one cannot block the event loop and a hung one cannot keep the interpreter from exiting (a
-thread cannot be killed: a timed-out call is abandoned and counted). An exception, a timeout or a
-value that is not a reward becomes a `RewardFailure` naming the function, the sample and the cause;
+thread cannot be killed: a timed-out call is abandoned and counted, and work waiting inside it sees
+that and gives up: rewards/threads.py). An async reward must not do slow synchronous work itself;
+the verified rewards (`tool_verified`) run a sync tool or check in a thread for that reason.
+An exception, a timeout or a value that is not a reward becomes a `RewardFailure` naming the
+function, the sample and the cause;
 `on_error="fail"` raises them all as one `RewardError`, `on_error="zero"` scores that function 0.
 Failures and per-function timings are counted either way and exposed by `metrics`.
 
@@ -25,9 +28,7 @@ LLM judge: requests, tokens, seconds) reports it through `usage_metrics`, once p
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
-import threading
 import time
 import traceback
 from collections import Counter, defaultdict
@@ -39,6 +40,7 @@ from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import RewardConfig
 from rlfactory_nb.errors import EngineActorDied, RewardError
 from rlfactory_nb.rewards.loading import load_reward
+from rlfactory_nb.rewards.threads import in_daemon_thread
 from rlfactory_nb.rewards.values import (
     InvalidRewardValue,
     RewardFunction,
@@ -272,7 +274,7 @@ class RewardRunner:
         if is_async_function(function):
             return await function(sample)
         try:
-            value = await _in_daemon_thread(function, sample, name)
+            value = await in_daemon_thread(function, sample, name=name)
         except asyncio.CancelledError:
             self._abandoned_threads += 1  # the thread runs on; it cannot be stopped
             raise
@@ -333,26 +335,3 @@ def _describe(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"raised {type(exc).__name__}: {exc}{where}"
-
-
-async def _in_daemon_thread(function: RewardFunction, sample: Any, name: str) -> Any:
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    context = contextvars.copy_context()
-
-    def settle(value: Any, error: BaseException | None) -> None:
-        if not future.done():  # cancelled by a timeout: the late result is dropped
-            future.set_exception(error) if error is not None else future.set_result(value)
-
-    def target() -> None:
-        try:
-            value, error = context.run(function, sample), None
-        except BaseException as exc:  # noqa: BLE001  (handed to the awaiting task, which reports it)
-            value, error = None, exc
-        try:
-            loop.call_soon_threadsafe(settle, value, error)
-        except RuntimeError:  # the loop closed while the function ran
-            pass
-
-    threading.Thread(target=target, name=f"reward:{name}", daemon=True).start()
-    return await future

@@ -4,6 +4,10 @@ run unit tests on its code in `python_sandbox`, look a claimed fact up with sear
 The reward goes through the same ToolSet the rollout used, so it sees the same tools, timeouts and
 cache. Only `call(name, arguments)` returning (or awaiting to) a ToolResult is needed, so a unit test
 can pass a small fake.
+
+A synchronous `call` (NL2SQL's in-process `LocalSql` runs the model's SQL) and a synchronous `check`
+run in a daemon thread (rewards/threads.py), never on the event loop, so the reward runner's timeout
+holds however slow the model's query is.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from rlfactory_nb.rewards.values import RewardReturn
+from rlfactory_nb.rewards.threads import in_daemon_thread
+from rlfactory_nb.rewards.values import RewardReturn, is_async_function
 from rlfactory_nb.types import Sample, ToolResult
 
 
@@ -34,14 +39,22 @@ def tool_verified(
     crashes is usually worth 0; a check may decide otherwise), and may return a float or a dict.
     """
 
+    call_is_async = is_async_function(toolset.call)
+    check_is_async = is_async_function(check)
+
     async def reward(sample: Sample) -> RewardReturn:
         arguments = make_args(sample)
         if arguments is None:
             return 0.0
-        result = toolset.call(tool_name, arguments)
+        if call_is_async:
+            result = await toolset.call(tool_name, arguments)
+        else:
+            result = await in_daemon_thread(toolset.call, tool_name, arguments, name=tool_name)
         if inspect.isawaitable(result):
             result = await result
-        return check(result, sample)
+        if check_is_async:
+            return await check(result, sample)
+        return await in_daemon_thread(check, result, sample, name=f"{tool_name} check")
 
     reward.__name__ = reward.__qualname__ = name or f"verified_by_{tool_name}"
     return reward

@@ -1,74 +1,63 @@
-"""Control-token text inside a message stays text.
+"""Control-token text inside a tool turn stays text.
 
-A delta (rollout/tokens.py) is a template render tokenized as a whole, and tokenizers turn the text
-of a special token into that token wherever it appears: a tool result that echoes `<|im_end|>\\n
-<|im_start|>assistant` (a web page, a file, the model's own words) would end the tool turn and open
-an assistant turn in the context the policy reads and is trained on. So before rendering, each
-special token's text inside a message's content is swapped for an ASCII placeholder that templates
-pass through unchanged (JSON-quoting included), and after rendering each placeholder is tokenized
-character by character: the model reads the characters, never the control token. A chat server's
-`apply_chat_template` does not do this, so the drift check reports such a turn as differing from a
-full render (which is the point).
-
-Only tokens marked special are guarded (turn and role markers); added tokens that are not special
-(Qwen's `<tool_call>`, `<tool_response>`) are data a tool may legitimately quote back to the model.
+A delta (rollout/tokens.py) is a template render tokenized as a whole, so a tool result that echoes
+`<|im_end|>\\n<|im_start|>assistant` (a web page, a file, the model's own words) would end the tool
+turn and open an assistant turn in the context the policy reads and is trained on. Before rendering,
+each marker's text in a message's `content`, `name` and `tool_call_id` is quoted (chat/quoting.py:
+the tokenizer's special tokens and the family's structural markers, special or not, by spelling or
+by tokenization), and the render is tokenized with the quoted text as characters. Tool names and
+call ids (Kimi's come from the model's text) are held to `NAME_PATTERN`: in the tool messages, and
+in the assistant turn before them, whose call name a template may write into the tool turn's header
+(gpt-oss). A chat server's `apply_chat_template`
+does not do this, so the drift check reports such a turn as differing from a full render (which is
+the point).
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from rlfactory_nb.chat.quoting import NAME_PATTERN, Quoter, encode, safe_name
 from rlfactory_nb.types import Message
 
-_PLACEHOLDER = re.compile(r"RFNBGUARD(\d{6})X")
+__all__ = ["encode", "guard", "guard_call_names"]
 
 
-def guard(tokenizer: Any, messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
-    """`messages` with each special token's text in a string content replaced by a placeholder, and
-    the texts replaced, in placeholder order (no texts: the messages as given)."""
-    pattern = _special_pattern(tuple(sorted(_special_texts(tokenizer), key=len, reverse=True)))
-    found: list[str] = []
-    if pattern is None:
-        return list(messages), found
-
-    def swap(match: re.Match[str]) -> str:
-        found.append(match.group(0))
-        return f"RFNBGUARD{len(found) - 1:06d}X"
-
-    guarded = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str) and pattern.search(content):
-            message = {**message, "content": pattern.sub(swap, content)}
-        guarded.append(message)
-    return guarded, found
+def guard(tokenizer: Any, messages: Sequence[Message], chat_format: Any = None) -> tuple[list[Message], list[str]]:
+    """`messages` with each marker's text in `content`, `name` and `tool_call_id` replaced by a
+    placeholder, and the texts replaced, in placeholder order. `chat_format` adds the family's
+    structural markers to the tokenizer's special tokens."""
+    quoter = Quoter(tokenizer, chat_format)
+    return [_guarded(quoter, message) for message in messages], quoter.found
 
 
-def encode(tokenizer: Any, text: str, found: Sequence[str]) -> list[int]:
-    """Ids of a render of guarded messages: the text as the tokenizer reads it, each placeholder as
-    its special token's characters."""
-    if not found:
-        return tokenizer.encode(text, add_special_tokens=False)
-    ids: list[int] = []
-    for index, piece in enumerate(_PLACEHOLDER.split(text)):
-        if index % 2:
-            ids += [i for char in found[int(piece)] for i in tokenizer.encode(char, add_special_tokens=False)]
-        elif piece:
-            ids += tokenizer.encode(piece, add_special_tokens=False)
-    return ids
+def guard_call_names(message: Message | None) -> Message | None:
+    """An assistant message whose call names fit `NAME_PATTERN`; the message itself when they do."""
+    calls = (message or {}).get("tool_calls")
+    if not calls or all(_name_ok(call) for call in calls):
+        return message
+    return {**message, "tool_calls": [_with_safe_name(call) for call in calls]}
 
 
-def _special_texts(tokenizer: Any) -> set[str]:
-    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    texts = {token.content for token in added.values() if getattr(token, "special", False)}
-    return {text for text in texts | set(getattr(tokenizer, "all_special_tokens", ()) or ()) if text}
+def _guarded(quoter: Quoter, message: Message) -> Message:
+    changed: dict[str, Any] = {"content": quoter.content(message.get("content"))}
+    for field in ("name", "tool_call_id"):
+        value = message.get(field)
+        if isinstance(value, str):
+            changed[field] = quoter.text(safe_name(value))
+    if all(changed[field] is message.get(field) for field in changed):
+        return message
+    return {**message, **changed}
 
 
-@functools.lru_cache(maxsize=32)
-def _special_pattern(texts: tuple[str, ...]) -> re.Pattern[str] | None:
-    """The special tokens' texts, longest first, and text that looks like a placeholder (a content
-    that quotes one is guarded too, so it cannot stand for another token's text)."""
-    return re.compile("|".join([_PLACEHOLDER.pattern, *map(re.escape, texts)])) if texts else None
+def _name_ok(call: Any) -> bool:
+    name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
+    return not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is not None
+
+
+def _with_safe_name(call: dict) -> dict:
+    function = call.get("function") or {}
+    if not isinstance(function.get("name"), str):
+        return call
+    return {**call, "function": {**function, "name": safe_name(function["name"])}}

@@ -86,9 +86,10 @@ def delta_ids(
     chat_format: ChatFormat | None = None,
     after: Message | None = None,
 ) -> list[int]:
-    """`delta_text`'s ids; `after` is the assistant message the delta follows. A special token's
-    text inside a message (a tool echoing `<|im_end|>`) is tokenized as characters (rollout/guard.py)."""
-    guarded, found = guard.guard(tokenizer, new_messages)
+    """`delta_text`'s ids; `after` is the assistant message the delta follows. A marker's text
+    inside a message (a tool echoing `<|im_end|>`) is tokenized as characters (rollout/guard.py)."""
+    guarded, found = guard.guard(tokenizer, new_messages, chat_format)
+    after = guard.guard_call_names(after)
     return guard.encode(tokenizer, delta_text(tokenizer, guarded, enable_thinking, chat_format, after), found)
 
 

@@ -26,7 +26,7 @@ from typing import Any, Self
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.config import ConfigError
-from rlfactory_nb.errors import ChatError
+from rlfactory_nb.errors import ChatError, EngineActorDied
 from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.cache import Recorded, SharedCache, ToolCache, cache_key
 from rlfactory_nb.tools.config import (
@@ -222,7 +222,9 @@ class ToolSet:
         if use_cache and (pending := self._in_flight.get(key)) is not None:
             # The same call is running now (a group's samples ask the same thing at the same moment,
             # before any result is cached): share its outcome instead of calling again.
-            found = await asyncio.shield(pending)
+            found = await _shielded(pending)
+            if found is _CANCELLED:
+                return _result(name, "error", _CANCELLED_MESSAGE, started_at)
             if found is None:
                 return _unrecorded(name, started_at)
             self.cache.count_hit()
@@ -235,7 +237,9 @@ class ToolSet:
         if use_cache:
             self._in_flight[key] = call
             call.add_done_callback(lambda _: self._in_flight.pop(key, None))
-        found = await asyncio.shield(call)  # a cancelled caller leaves it to the others
+        found = await _shielded(call)  # a cancelled caller leaves it to the others
+        if found is _CANCELLED:
+            return _result(name, "error", _CANCELLED_MESSAGE, started_at)
         if found is None:
             return _unrecorded(name, started_at)
         outcome, cacheable, cached = found
@@ -269,6 +273,8 @@ class ToolSet:
                 outcome = await entry.invoke(entry.remote_name, args)
         except TimeoutError:
             return Recorded("timeout", f"tool {entry.spec.name} timed out after {timeout_s:g} s"), False
+        except EngineActorDied:  # a model tool's engine: every later call fails too; fail the step, naming it
+            raise
         except (ServerUnavailable, ChatError) as exc:  # the server or the model behind it: may come back
             return Recorded("error", str(exc)), False
         except validate.InvalidArguments as exc:
@@ -279,9 +285,9 @@ class ToolSet:
 
     def _result(self, name: str, outcome: Recorded, started_at: float, cached: bool = False) -> ToolResult:
         """The ToolResult the caller gets: the outcome's text truncated to `max_result_chars`."""
-        text, limit = outcome.content, self.settings.max_result_chars
-        if len(text) > limit:
-            text = f"{text[:limit]}\n[... truncated: showing {limit} of {len(text)} characters]"
+        text, limit, length = outcome.content, self.settings.max_result_chars, outcome.full_length
+        if length > limit:
+            text = f"{text[:limit]}\n[... truncated: showing {limit} of {length} characters]"
         return _result(name, outcome.status, text, started_at, cached, outcome.details)
 
     # -- setup internals --------------------------------------------------------------------------
@@ -395,7 +401,27 @@ def _make_cache(settings: ToolSetSettings, shared: SharedCache | None) -> ToolCa
         raise ConfigError(["settings.replay: replay needs settings.cache_path (the recorded sqlite file)"])
     if not settings.cache and settings.cache_path is None:
         return None
-    return ToolCache(max_entries=settings.cache_size, path=settings.cache_path, shared=shared)
+    # Entries keep only what the model can read: the rest of a long output is never shown.
+    return ToolCache(
+        max_entries=settings.cache_size, path=settings.cache_path, shared=shared, max_content_chars=settings.max_result_chars
+    )
+
+
+_CANCELLED: Any = object()
+_CANCELLED_MESSAGE = "the call was cancelled: the agent-tool call it ran under timed out"
+
+
+async def _shielded(call: asyncio.Future[Found]) -> Found:
+    """`call`'s outcome, awaited under a shield; `_CANCELLED` when `call` itself was cancelled and
+    this caller was not (an agent tool's timeout cancels the calls its rollout started, which
+    another caller may share)."""
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not call.cancelled() or (task is not None and task.cancelling() > 0):
+            raise
+        return _CANCELLED
 
 
 def _unrecorded(name: str, started_at: float) -> ToolResult:
