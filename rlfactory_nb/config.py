@@ -117,6 +117,9 @@ class RolloutConfig:
     """trajectories generating or calling tools at once"""
     drift_check: Literal["strict", "warn", "off"] = "warn"
     """compare rollout ids with a full chat-template render: raise, warn, or skip"""
+    program: NonEmptyStr | None = None
+    """an agent program, `package.module:function` taking (row, llm), that plays each episode in place
+    of the built-in loop against an OpenAI-compatible endpoint (rf.AgentProgram; docs/programs.md)"""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ PACKAGE = Path(rf.__file__).parent
 NOTEBOOKS = sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))
 
 PUBLIC = [
-    "Agent", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
+    "Agent", "AgentProgram", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
     "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolSet", "TrainingJob", "Trajectory",
     "agent_tool", "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors",

@@ -116,8 +116,7 @@ def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, tr
     metadata[SEGMENTS_KEY] = [s.to_dict() for s in segments[:-1]]
     if episode.error is not None:
         metadata["program_error"] = episode.error
-    else:
-        metadata["final_answer"] = episode.answer
+    metadata["final_answer"] = episode.answer if episode.error is None else ""
     last = segments[-1] if segments else None
     if last is None:
         prompt = _render_prompt(serving, episode.messages)

@@ -135,6 +135,8 @@ class AgentProgram:
         self.settings = _with_options(settings or ProgramSettings(), options)
         self._serving: Serving | None = None
         self._endpoint: Endpoint | None = None
+        self._root: AgentProgram = self
+        """the program this one was bound from: its endpoint serves every binding (one per process)"""
         self.drift_count = 0
 
     # ------------------------------------------------------------------ what a run sets
@@ -154,10 +156,12 @@ class AgentProgram:
                 limits=Limits(rollout.max_turns, rollout.max_new_tokens, rollout.max_total_tokens),
                 sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
             )
-        return AgentProgram(
+        bound = AgentProgram(
             self.fn, policy if policy is not None else self.policy, engine or (None if policy is not None else self._engine),
             tools=tools if tools is not None else self.tools, tokenizer=self._tokenizer, settings=settings,
         )
+        bound._root = self._root
+        return bound
 
     # ------------------------------------------------------------------ what callers of an Agent use
 
@@ -215,16 +219,17 @@ class AgentProgram:
 
     async def endpoint(self) -> Endpoint:
         """This process's endpoint for the program, on the running event loop (started on first use)."""
-        loop = asyncio.get_running_loop()
-        if self._endpoint is None or self._endpoint.loop is not loop or loop.is_closed():
-            self._endpoint = await Endpoint(self.settings.max_body_bytes).start()
-        return self._endpoint
+        root, loop = self._root, asyncio.get_running_loop()
+        if root._endpoint is None or root._endpoint.loop is not loop:
+            root._endpoint = await Endpoint(root.settings.max_body_bytes).start()
+        return root._endpoint
 
     async def close(self) -> None:
         """Stop the endpoint (the engine stays the caller's)."""
-        if self._endpoint is not None:
-            await self._endpoint.close()
-            self._endpoint = None
+        root = self._root
+        if root._endpoint is not None and root._endpoint.loop is asyncio.get_running_loop():
+            await root._endpoint.close()
+        root._endpoint = None
 
     def __getstate__(self) -> dict[str, Any]:
         """What travels to a cluster: the function and settings; the run brings engine and tools."""
