@@ -114,6 +114,7 @@ def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, tr
         "unmet_tool_choice": sum(c.unmet_tool_choice for c in ordered),
     }
     metadata[SEGMENTS_KEY] = [s.to_dict() for s in segments[:-1]]
+    metadata["tools"] = ordered[-1].tools if ordered else None  # as the program sent them: a render needs them
     if episode.error is not None:
         metadata["program_error"] = episode.error
     metadata["final_answer"] = episode.answer if episode.error is None else ""

@@ -71,7 +71,7 @@ async def test_one_episode_merges_into_one_exact_trajectory(replay, tiny_policy,
 
 
 async def test_the_ids_are_the_ones_rf_agent_assembles(replay, tiny_policy):
-    program, engine = replay(REPLIES, tool_loop)
+    program, _engine = replay(REPLIES, tool_loop)
     traj = await program.rollout({"messages": QUESTION})
     tools = rf.ToolSet.from_functions(calculator)
     await tools.start()
@@ -150,7 +150,7 @@ async def test_stop_strings_and_tool_choice_none(replay, tiny_policy):
         return "x"
 
     texts = ["the answer is 42 and more words", call_text("calculator", {"expression": "1+1"})]
-    program, engine = replay(texts, asks)
+    program, _engine = replay(texts, asks)
     traj = await program.rollout({"messages": QUESTION})
     assert seen["stop"].choices[0].message.content == "the answer is"
     kept = tiny_policy.tokenizer.decode(traj.metadata["segments"][0]["response_ids"])
@@ -171,7 +171,7 @@ async def test_a_plain_function_program_runs_in_a_thread(replay):
 async def test_the_endpoint_listens_on_the_loopback_only(replay):
     program, _ = replay(["hi"], tool_loop)
     endpoint = await program.endpoint()
-    sockets = [s for site in endpoint._runner.sites for s in site._server.sockets]  # noqa: SLF001
+    sockets = [s for site in endpoint._runner.sites for s in site._server.sockets]
     assert {s.getsockname()[0] for s in sockets} == {"127.0.0.1"}
     async with httpx.AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{endpoint.port}/v1/models")
