@@ -76,8 +76,8 @@ def segments_of(calls: Sequence[CallRecord]) -> tuple[list[Segment], int]:
         if host is None:
             if not segments:
                 reason = "first call"
-            elif call.extends is not None:
-                reason = f"branch at call {call.index}: call {call.extends} was already continued"
+            elif call.extends is not None or any(prompt[: len(s.prompt_ids)] == s.prompt_ids for s in segments):
+                reason = f"branch at call {call.index}: it continues a history another call already continued"
             else:
                 reason = f"history rewritten at call {call.index}"
             host = Segment(list(prompt), reason)
