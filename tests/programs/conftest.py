@@ -30,8 +30,12 @@ class ReplayEngine:
     """Replies with `texts` in order (the last repeats), each followed by the family's end-of-turn
     token; keeps every prompt and sampling it was asked with."""
 
-    def __init__(self, tokenizer: Any, texts: Sequence[str], chat_format: str = "auto", delay_s: float = 0.0):
-        self.tokenizer, self.texts, self.delay_s = tokenizer, list(texts), delay_s
+    def __init__(
+        self, tokenizer: Any, texts: Sequence[str], chat_format: str = "auto", delay_s: float = 0.0, by_turn: bool = False
+    ):
+        """`by_turn`: pick the text by the assistant turns already in the prompt, not by call order
+        (several episodes at once, each replaying `texts` from the start)."""
+        self.tokenizer, self.texts, self.delay_s, self.by_turn = tokenizer, list(texts), delay_s, by_turn
         self.end = tokenizer.convert_tokens_to_ids(resolve_chat_format(chat_format, tokenizer).turn_end)
         self.stop_token_ids = (self.end,)
         self.prompts: list[list[int]] = []
@@ -41,7 +45,8 @@ class ReplayEngine:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        text = self.texts[min(len(self.prompts), len(self.texts) - 1)]
+        index = self.tokenizer.decode(prompt_ids).count("<|im_start|>assistant") - 1 if self.by_turn else len(self.prompts)
+        text = self.texts[min(index, len(self.texts) - 1)]
         self.prompts.append(list(prompt_ids))
         self.samplings.append(sampling)
         ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling.max_new_tokens - 1] + [self.end]
