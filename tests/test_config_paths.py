@@ -13,7 +13,6 @@ NOT_PATHS = {
     "tools.timeout_s", "tools.max_concurrency", "tools.max_result_chars", "tools.cache",
     "rollout.chat_format", "rollout.parser", "rollout.max_turns", "rollout.max_new_tokens", "rollout.max_total_tokens",
     "rollout.temperature", "rollout.top_p", "rollout.max_in_flight", "rollout.drift_check",
-    "rollout.program",
     "reward.args", "reward.on_error", "reward.max_concurrency", "reward.timeout_s",
     "reward.judge.engine", "reward.judge.num_gpus", "reward.judge.num_cpus", "reward.judge.engine_args",
     "reward.judge.use", "reward.judge.max_tokens", "reward.judge.max_concurrency", "reward.judge.timeout_s",
@@ -66,7 +65,7 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
         name="x",
         tools=ToolsConfig(config="tools.yaml"),
         reward=RewardConfig(function="rewards/mine.py:score", judge=JudgeConfig(model="judges/qwq")),
-    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet"})
+    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve"})
     found = config_paths(cfg)
     assert tuple(named.key for named in found) == PATH_KEYS
     by_key = {named.key: named for named in found}

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from rlfactory_nb.programs.sessions import CallRecord, Serving
-from rlfactory_nb.rollout.tokens import drift_check
+from rlfactory_nb.rollout.tokens import drift_check, prompt_ids
 from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn
 
 SEGMENTS_KEY = "segments"
@@ -130,8 +130,6 @@ def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, tr
 
 
 def _render_prompt(serving: Serving, messages: list[Message]) -> list[int]:
-    from rlfactory_nb.rollout.tokens import prompt_ids
-
     return prompt_ids(serving.tokenizer, messages, None, serving.enable_thinking)
 
 

@@ -29,12 +29,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlfactory_nb._async import run_sync
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.programs.assembly import Episode, assemble
 from rlfactory_nb.programs.endpoint import MAX_BODY_BYTES, Endpoint
 from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
+from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens
 from rlfactory_nb.types import Message, Trajectory, Turn
@@ -200,8 +202,6 @@ class AgentProgram:
         return await ProgramSession(self, _row(messages, metadata), sample_id, stepped=False).run()
 
     def rollout_sync(self, row: Sequence[Message] | dict[str, Any]) -> Trajectory:
-        from rlfactory_nb._async import run_sync
-
         return run_sync(self.rollout(row))
 
     # ------------------------------------------------------------------ serving
@@ -365,8 +365,6 @@ def _with_options(settings: ProgramSettings, options: dict[str, Any]) -> Program
 
 
 def _load(spec: str) -> ProgramFunction:
-    from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
-
     try:
         return load_reward(spec)
     except RewardLoadError as error:
