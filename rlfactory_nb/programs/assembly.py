@@ -159,12 +159,9 @@ def _drifts(serving: Serving, segment: Segment) -> bool:
     """Whether a full render of the segment's last history differs from its ids beyond what the
     family's template rewrites on purpose (the rf.Agent's drift rule)."""
     last = segment.calls[-1]
-    fmt, tokenizer = serving.chat_format, serving.tokenizer
     found = drift_check(
-        tokenizer, segment.all_ids, last.messages + [last.history_message], last.tools, serving.enable_thinking,
-        drops_past_reasoning=fmt.drops_past_reasoning, rendered_as=fmt.rendered_as_ids(tokenizer),
-        unrendered_stop_ids=fmt.end_of_turn_ids(tokenizer) if fmt.turn_end_opens_next else (),
-        dropped_span=fmt.past_reasoning_ids(tokenizer),
+        serving.tokenizer, segment.all_ids, last.messages + [last.history_message], last.tools, serving.enable_thinking,
+        **serving.drift_options,
     )
     return not found.ok and not found.expected
 

@@ -122,6 +122,9 @@ class Endpoint:
             body = await session.complete(chat)
         except RequestError as error:
             return _error(error)
+        except Exception as error:  # noqa: BLE001  (the program gets a named error; the episode goes on)
+            log.exception("endpoint: a call of session %s failed", request.match_info.get("session"))
+            return _error(RequestError(500, f"the endpoint failed on this call: {type(error).__name__}: {error}", None, "server_error"))
         if not chat.stream:
             return web.Response(body=json.dumps(body, ensure_ascii=False), content_type="application/json")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -29,6 +29,7 @@ from typing import Any
 
 from rlfactory_nb.chat import ChatFormat
 from rlfactory_nb.engines.base import Engine, Generation, SamplingParams
+from rlfactory_nb.errors import TemplateError
 from rlfactory_nb.programs.wire import (
     ChatRequest,
     RequestError,
@@ -74,6 +75,14 @@ class Serving:
 
     def __post_init__(self) -> None:
         self.parser = self.chat_format.new_parser(starts_in_reasoning=self.starts_in_reasoning)
+        fmt, tokenizer = self.chat_format, self.tokenizer
+        self.drift_options = {  # read off the vocabulary once: get_vocab() costs milliseconds a call
+            "drops_past_reasoning": fmt.drops_past_reasoning,
+            "rendered_as": fmt.rendered_as_ids(tokenizer),
+            "unrendered_stop_ids": fmt.end_of_turn_ids(tokenizer) if fmt.turn_end_opens_next else (),
+            "dropped_span": fmt.past_reasoning_ids(tokenizer),
+        }
+        """the family's drift-check arguments (rollout/tokens.py `drift_check`)"""
 
 
 @dataclass(frozen=True)
@@ -177,8 +186,11 @@ class EpisodeSession:
         earlier = self._extended_call(request, messages)
         if earlier is not None:
             new = messages[len(earlier.messages) + 1 :]
-            delta = delta_ids(serving.tokenizer, new, serving.enable_thinking, serving.chat_format, earlier.history_message)
-            return earlier.all_ids + delta, earlier.index
+            try:
+                delta = delta_ids(serving.tokenizer, new, serving.enable_thinking, serving.chat_format, earlier.history_message)
+                return earlier.all_ids + delta, earlier.index
+            except TemplateError:  # the template re-renders history for these messages (Qwen3 after a
+                pass  # new user turn drops past reasoning): what the model reads is the whole render
         return prompt_ids(serving.tokenizer, messages, request.tools, serving.enable_thinking), None
 
     def _extended_call(self, request: ChatRequest, messages: list[Message]) -> CallRecord | None:
