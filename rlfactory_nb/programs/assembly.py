@@ -112,6 +112,7 @@ def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, tr
         "segment_starts": [s.reason for s in segments],
         "ignored_sampling": sum(bool(c.ignored) for c in ordered),
         "unmet_tool_choice": sum(c.unmet_tool_choice for c in ordered),
+        "serve_ms": [round(c.serve_s * 1e3, 3) for c in ordered],
     }
     metadata[SEGMENTS_KEY] = [s.to_dict() for s in segments[:-1]]
     metadata["tools"] = ordered[-1].tools if ordered else None  # as the program sent them: a render needs them

@@ -122,7 +122,7 @@ class Endpoint:
             body = await session.complete(chat)
         except RequestError as error:
             return _error(error)
-        except Exception as error:  # noqa: BLE001  (the program gets a named error; the episode goes on)
+        except Exception as error:  # the program gets a named error; the episode goes on
             log.exception("endpoint: a call of session %s failed", request.match_info.get("session"))
             return _error(RequestError(500, f"the endpoint failed on this call: {type(error).__name__}: {error}", None, "server_error"))
         if not chat.stream:

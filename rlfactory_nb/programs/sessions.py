@@ -112,6 +112,9 @@ class CallRecord:
     """request fields the run did not obey (training's sampling wins), with the values asked"""
     unmet_tool_choice: bool = False
     """tool_choice "required" (or a named function) that the reply did not satisfy"""
+    serve_s: float = 0.0
+    """seconds the endpoint spent on the call besides the engine's generate (history, rendering,
+    parsing the reply; not HTTP): its own overhead"""
     answers: dict[str, str] = field(default_factory=dict)
     """tool_call_id -> result text, from the request's tool messages (what the program's tools returned)"""
 
@@ -155,6 +158,7 @@ class EpisodeSession:
         if self.gate is not None:
             await self.gate.acquire()
             self._check_open()
+        arrived = time.perf_counter()
         messages = to_template_messages(request.messages, serving.chat_format)
         prompt, extends = self._prompt(request, messages)
         budget = limits.max_total_tokens - len(prompt)
@@ -167,7 +171,9 @@ class EpisodeSession:
         sampling, ignored = self._sampling(request, budget, index)
         started = time.perf_counter()
         generation = cut_at_stop(await serving.engine.generate(prompt, sampling), request.stop, serving)
-        record = self._record(index, request, messages, prompt, extends, generation, ignored, time.perf_counter() - started)
+        generate_s = time.perf_counter() - started
+        record = self._record(index, request, messages, prompt, extends, generation, ignored, generate_s)
+        record = replace(record, serve_s=time.perf_counter() - arrived - generate_s)
         self.calls.append(record)
         self.changed.set()
         finish = "tool_calls" if record.reply.get("tool_calls") else record.finish_reason
