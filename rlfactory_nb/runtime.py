@@ -125,7 +125,9 @@ class Runtime:
         if isinstance(policy, Engine):
             policy, engine = None, engine or policy
         tools = build_tools(cfg, objects.tools, shared_cache=shared_cache)
-        return cls(cfg, tools, objects, policy, engine, reward)
+        runtime = cls(cfg, tools, objects, policy, engine, reward)
+        _ = runtime.program  # a `rollout.program` that cannot load fails now, before any engine starts
+        return runtime
 
     def use(self, engine: Engine, policy: Policy | None = None) -> Runtime:
         """Roll out on `engine` from now on, with `policy` when given (the trainer has its engine only

@@ -377,4 +377,5 @@ def _load(spec: str) -> ProgramFunction:
     try:
         return load_reward(spec)
     except RewardLoadError as error:
-        raise ConfigError(f"agent program {spec!r}: {str(error).replace('reward spec', 'spec')}") from None
+        message = str(error).replace(f"reward spec {spec!r}: ", "")
+        raise ConfigError([f"rollout.program {spec!r} (the agent program): {message}"]) from None

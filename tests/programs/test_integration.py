@@ -77,3 +77,13 @@ def test_a_program_travels_by_value_with_the_runs_objects():
     assert back.agent.settings.limits.max_calls == 3 and back.agent.settings.timeout_s == 9
     assert back.agent.fn.__code__.co_code == kernel_program.__code__.co_code
     assert cloudpickle.loads(cloudpickle.dumps(back.agent)).max_turns == 3
+
+
+def test_a_config_program_that_cannot_load_fails_before_any_engine():
+    import pytest
+
+    from rlfactory_nb.errors import ConfigError
+
+    cfg = RunConfig.from_dict({"name": "r", "rollout": {"program": "tests.programs.test_openai_client:no_such_program"}})
+    with pytest.raises(ConfigError, match="no_such_program"):
+        Runtime.from_config(cfg)
