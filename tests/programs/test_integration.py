@@ -87,3 +87,17 @@ def test_a_config_program_that_cannot_load_fails_before_any_engine():
     cfg = RunConfig.from_dict({"name": "r", "rollout": {"program": "tests.programs.test_openai_client:no_such_program"}})
     with pytest.raises(ConfigError, match="no_such_program"):
         Runtime.from_config(cfg)
+
+
+async def test_the_trajectory_view_says_where_segments_began_and_why(replay):
+    async def two_histories(row, llm):
+        client = llm.client()
+        await client.chat.completions.create(model=llm.model, messages=row["messages"])
+        await client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": "start over"}])
+        return "x"
+
+    program, _ = replay(["a", "b"], two_histories)
+    traj = await program.rollout(ROWS[0])
+    html = rf.Trajectory.view(traj).static_html()
+    assert "2 call(s), 0 merged, 1 new segment(s)" in html
+    assert "1: first call; 2: history rewritten at call 1" in html
