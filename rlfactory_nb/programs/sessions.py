@@ -74,6 +74,8 @@ class Serving:
     starts_in_reasoning: bool = False
 
     def __post_init__(self) -> None:
+        self.told_sampling = False
+        """whether the log said once that the run's sampling wins over a request's"""
         self.parser = self.chat_format.new_parser(starts_in_reasoning=self.starts_in_reasoning)
         fmt, tokenizer = self.chat_format, self.tokenizer
         self.drift_options = {  # read off the vocabulary once: get_vocab() costs milliseconds a call
@@ -228,8 +230,12 @@ class EpisodeSession:
             except ValueError as error:
                 raise RequestError(400, str(error).replace("SamplingParams.", ""), None) from None
         ignored = {key: value for key, value in asked.items() if value != getattr(sampling, key)}
-        if ignored:
-            log.debug("session %s call %d: the run's sampling wins over %s", self.id, index, ignored)
+        if ignored and not serving.told_sampling:
+            serving.told_sampling = True
+            log.info(
+                "an agent program asked for %s; in a run the run's sampling wins (%s). Later requests are "
+                "counted in program/ignored_sampling", ignored, {key: getattr(sampling, key) for key in ignored},
+            )
         return sampling, ignored
 
     def _record(

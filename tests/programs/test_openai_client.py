@@ -125,17 +125,19 @@ async def test_models_route_and_completion_fields(replay):
     assert engine.samplings[0].max_new_tokens == 50 and engine.samplings[0].seed == 3  # on its own: obeyed
 
 
-async def test_in_a_run_the_runs_sampling_wins_and_is_logged(replay):
+async def test_in_a_run_the_runs_sampling_wins_and_is_logged(replay, caplog):
     async def asks(row, llm):
         await llm.client().chat.completions.create(model=llm.model, messages=row["messages"], temperature=0.2, top_p=0.5)
         return "x"
 
     program, engine = replay(["hello"], asks)
     cfg = RunConfig.from_dict({"name": "t", "rollout": {"temperature": 0.7, "max_new_tokens": 9}})
+    caplog.set_level("INFO", logger="rlfactory_nb.programs.sessions")
     bound = program.bind(cfg=cfg, engine=engine)
     traj = await bound.rollout({"messages": QUESTION})
     assert (engine.samplings[0].temperature, engine.samplings[0].top_p, engine.samplings[0].max_new_tokens) == (0.7, 1.0, 9)
     assert traj.metadata["program"]["ignored_sampling"] == 1
+    assert "the run's sampling wins" in caplog.text and "'temperature': 0.2" in caplog.text
 
 
 async def test_stop_strings_and_tool_choice_none(replay, tiny_policy):
