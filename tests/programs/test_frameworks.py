@@ -99,3 +99,37 @@ def test_one_grpo_step_trains_the_frameworks_model(framework, tmp_path):
     saved = rf.types.load_jsonl(tmp_path / cfg.name / "trajectories" / "step_000001.jsonl")
     assert len(saved) == 8 and all(t.metadata["program"]["calls"] >= 1 for t in saved)
     assert all(sum(t.loss_mask) == len(t.logprobs) for t in saved)
+
+
+def smolagents_program(row, llm):
+    """A smolagents ToolCallingAgent (synchronous: the program runs in a thread)."""
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    @tool
+    def calculator(expression: str) -> str:
+        """Evaluate an addition such as 12+30.
+
+        Args:
+            expression: the addition to evaluate.
+        """
+        return add(expression)
+
+    model = OpenAIServerModel(model_id=llm.model, api_base=llm.base_url, api_key=llm.api_key)
+    agent = ToolCallingAgent(tools=[calculator], model=model, max_steps=3, verbosity_level=0)
+    return str(agent.run(row["messages"][-1]["content"]))
+
+
+async def test_smolagents_rewrites_its_memory_so_every_call_is_its_own_segment(replay, tiny_policy):
+    """smolagents sends its past calls back as text ("Calling tools: ...", a user "Observation: ..."),
+    not as the replies it got: the history is rewritten, so the merge rule starts a segment per call,
+    each exact on its own."""
+    replies = [call_text("calculator", {"expression": "12+30"}), call_text("final_answer", {"answer": "42"})]
+    program, engine = replay(replies, smolagents_program, max_total_tokens=8192)
+    traj = await program.rollout({"messages": [{"role": "user", "content": QUESTION}]})
+    assert "program_error" not in traj.metadata, traj.metadata.get("program_error")
+    counters = traj.metadata["program"]
+    assert (counters["calls"], counters["merged"], counters["forks"]) == (2, 0, 1)
+    assert counters["segment_starts"] == ["first call", "history rewritten at call 1"]
+    assert [c.name for c in traj.tool_calls()] == ["calculator", "final_answer"] and traj.metadata["final_answer"] == "42"
+    assert "Observation:\n42" in tiny_policy.tokenizer.decode(engine.prompts[1])  # the tool ran in smolagents
+    audit_masks(traj, engine, tiny_policy.tokenizer, traj.metadata["tools"])
