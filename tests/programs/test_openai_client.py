@@ -186,3 +186,34 @@ def _async(fn):
         return await fn(row, llm)
 
     return run
+
+
+async def summarizing_agent(row, llm):
+    """Two calls, the second over a rewritten history: two segments per episode."""
+    client = llm.client()
+    first = await client.chat.completions.create(model=llm.model, messages=row["messages"], max_tokens=8)
+    summary = [{"role": "user", "content": f"You said {first.choices[0].message.content!r}. {row['messages'][-1]['content']}"}]
+    second = await client.chat.completions.create(model=llm.model, messages=summary, max_tokens=8)
+    return second.choices[0].message.content or ""
+
+
+def sample_index(sample: Sample) -> float:
+    """A reward that differs within every group, so every group trains."""
+    return float(sample.metadata["sample_index"])
+
+
+@pytest.mark.slow
+def test_every_segment_of_every_episode_trains(tmp_path):
+    cfg = RunConfig.from_dict({
+        "name": "segments", "output_dir": str(tmp_path), "model": {"name": "tiny-calculator", "device": "cpu"},
+        "rollout": {"max_turns": 2, "max_new_tokens": 8, "max_total_tokens": 512},
+        "grpo": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "eval_every": 0, "checkpoint_every": 0,
+                 "trajectories_per_step": -1},
+        "data": {"train": "synthetic:calculator"},
+    })
+    result = rf.train_sync(cfg, agent=rf.AgentProgram(summarizing_agent), reward=sample_index)
+    row = result.metrics
+    saved = rf.types.load_jsonl(tmp_path / "segments" / "trajectories" / "step_000001.jsonl")
+    assert row["groups/trained"] == 2 and row["program/forks"] == 4 and all(len(t.metadata["segments"]) == 1 for t in saved)
+    sampled = sum(sum(t.loss_mask) + sum(sum(s["loss_mask"]) for s in t.metadata["segments"]) for t in saved)
+    assert row["train/tokens"] == sampled * cfg.grpo.ppo_epochs  # both segments of all 4 episodes trained
