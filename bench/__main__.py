@@ -29,6 +29,7 @@ ORDER = (
     "tool_calls",
     "tool_cache",
     "tool_parsers",
+    "endpoint",
     "engines",
     "grpo_step",
     "memory",

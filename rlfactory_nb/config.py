@@ -117,6 +117,9 @@ class RolloutConfig:
     """trajectories generating or calling tools at once"""
     drift_check: Literal["strict", "warn", "off"] = "warn"
     """compare rollout ids with a full chat-template render: raise, warn, or skip"""
+    program: NonEmptyStr | None = None
+    """an agent program, `module:function` or `path/to/file.py:function` taking (row, llm), that plays each episode in place
+    of the built-in loop against an OpenAI-compatible endpoint (rf.AgentProgram; docs/programs.md)"""
 
 
 @dataclass(frozen=True)
@@ -474,7 +477,10 @@ def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str,
 
 # ---------------------------------------------------------------------- the paths a config names
 
-PATH_KEYS = ("output_dir", "model.name", "tools.config", "reward.function", "reward.judge.model", "data.train", "data.eval")
+PATH_KEYS = (
+    "output_dir", "model.name", "tools.config", "rollout.program", "reward.function", "reward.judge.model", "data.train",
+    "data.eval",
+)
 """the keys whose value may name a local file or folder, in `config_paths`' order (tests/test_config_paths.py
 fails when a RunConfig field is added without saying whether it belongs here)"""
 
@@ -511,9 +517,10 @@ def config_paths(cfg: RunConfig) -> list[ConfigPath]:
     found = [ConfigPath(key, Path(value), kind) for key, value, kind in (("output_dir", cfg.output_dir, "output"), ("model.name", cfg.model.name, "model")) if not is_uri(value)]
     if cfg.tools.config is not None:
         found.append(ConfigPath("tools.config", Path(cfg.tools.config), "input"))
-    module, _, function = cfg.reward.function.rpartition(":")
-    if module.endswith(".py"):
-        found.append(ConfigPath("reward.function", Path(module), "input", f":{function}"))
+    for key, spec in (("rollout.program", cfg.rollout.program), ("reward.function", cfg.reward.function)):
+        module, _, function = (spec or "").rpartition(":")
+        if module.endswith(".py"):  # `file.py:function`; a `module:function` names no path
+            found.append(ConfigPath(key, Path(module), "input", f":{function}"))
     if cfg.reward.judge is not None and not is_uri(cfg.reward.judge.model):
         found.append(ConfigPath("reward.judge.model", Path(cfg.reward.judge.model), "model"))
     for key in ("train", "eval"):

@@ -179,6 +179,7 @@ async def evaluate(
     tools: ExtraTools | None = None,
     run_dir: str | Path | None = None,
     trust_run_objects: bool = False,
+    agent: Any = None,
 ) -> EvalReport:
     """Evaluate `model` (a Policy, a checkpoint folder, a preset name) on `dataset` (rows, a
     datasets.Dataset, a source such as "synthetic:calculator-heldout", or None: cfg.data.eval) with
@@ -189,7 +190,7 @@ async def evaluate(
     the rollouts run on it, and it stays open."""
     cfg = cfg or RunConfig(name="eval")
     kept = (RunObjects.load(run_dir, trust_run_objects) if run_dir is not None else None) or RunObjects()
-    objects = RunObjects.of(reward, tools).filled_from(kept)
+    objects = RunObjects.of(reward, tools, agent=agent).filled_from(kept)  # agent: an rf.AgentProgram
     given = model if isinstance(model, Engine) else None
     policy = None if given is not None else model if isinstance(model, Policy) else Policy.load(
         model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None,

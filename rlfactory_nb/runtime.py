@@ -27,6 +27,7 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.engines.base import Engine
+from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rewards.runner import RewardRunner
@@ -124,7 +125,9 @@ class Runtime:
         if isinstance(policy, Engine):
             policy, engine = None, engine or policy
         tools = build_tools(cfg, objects.tools, shared_cache=shared_cache)
-        return cls(cfg, tools, objects, policy, engine, reward)
+        runtime = cls(cfg, tools, objects, policy, engine, reward)
+        _ = runtime.program  # a `rollout.program` that cannot load fails now, before any engine starts
+        return runtime
 
     def use(self, engine: Engine, policy: Policy | None = None) -> Runtime:
         """Roll out on `engine` from now on, with `policy` when given (the trainer has its engine only
@@ -148,11 +151,20 @@ class Runtime:
             self._reward = RewardRunner.from_config(self.cfg.reward, self.objects.reward)
         return self._reward
 
-    def agent(self, temperature: float | None = None, drift: DriftMode | None = None) -> Agent:
+    @property
+    def program(self) -> AgentProgram | None:
+        """The run's agent program (the kernel's, else `rollout.program`), or None: the built-in loop."""
+        if self.objects.agent is None and self.cfg.rollout.program is not None:
+            self.objects = dataclasses.replace(self.objects, agent=AgentProgram(self.cfg.rollout.program))
+        return self.objects.agent
+
+    def agent(self, temperature: float | None = None, drift: DriftMode | None = None) -> Agent | AgentProgram:
         """The run's Agent at `temperature` (None: the config's; 0: greedy); `drift` replaces
-        `rollout.drift_check`."""
+        `rollout.drift_check`. A run with an agent program gets the program bound to the run."""
         if self.policy is None and self.engine is None:
             raise ValueError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
+        if self.program is not None:
+            return self.program.bind(self.policy, self.tools, self.cfg, engine=self.engine, temperature=temperature, drift=drift)
         return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift)
 
     # ------------------------------------------------------------------ the run's rows
@@ -204,6 +216,8 @@ class Runtime:
         return self
 
     async def close(self) -> None:
-        """Stop the tools this runtime started (the engine is the caller's)."""
+        """Stop the tools this runtime started and a program's endpoint (the engine is the caller's)."""
+        if self.objects.agent is not None:
+            await self.objects.agent.close()
         if self.tools is not None and self.tools.started:
             await self.tools.stop()

@@ -264,7 +264,9 @@ class Sample:
         prompt = list(traj.messages[: _prompt_length(traj.messages)])
         assistant_texts = [turn.text for turn in traj.turns]
         last = assistant_texts[-1] if assistant_texts else ""
-        if extract_answer is not None:
+        if isinstance(traj.metadata.get("final_answer"), str):  # what an agent program returned
+            final_answer = traj.metadata["final_answer"]
+        elif extract_answer is not None:
             final_answer = extract_answer(last)
         else:
             outside = traj.turns[-1].answer if traj.turns else None

@@ -65,7 +65,7 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
         name="x",
         tools=ToolsConfig(config="tools.yaml"),
         reward=RewardConfig(function="rewards/mine.py:score", judge=JudgeConfig(model="judges/qwq")),
-    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet"})
+    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve"})
     found = config_paths(cfg)
     assert tuple(named.key for named in found) == PATH_KEYS
     by_key = {named.key: named for named in found}

@@ -18,7 +18,7 @@ PACKAGE = Path(rf.__file__).parent
 NOTEBOOKS = sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))
 
 PUBLIC = [
-    "Agent", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
+    "Agent", "AgentProgram", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
     "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolSet", "TrainingJob", "Trajectory",
     "agent_tool", "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors",
@@ -66,6 +66,7 @@ STD_BASES = (ValueError, TypeError, RuntimeError, ImportError, OSError)
 INTERNAL = {
     "CalculatorError": "tools/servers/calculator.py",  # the server's reply text; its own process
     "ReplyRejected": "engines/chat_http.py",  # always re-raised as a ChatError
+    "RequestError": "programs/wire.py",  # always answered as an HTTP error to the agent program
 }
 
 
@@ -79,7 +80,7 @@ def error_classes() -> dict[str, type]:
 
 def test_public_names_are_pinned_and_few():
     assert rf.__all__ == sorted(PUBLIC)
-    assert len(rf.__all__) <= 40
+    assert len(rf.__all__) <= 41  # 41: rf.AgentProgram (issue 42)
 
 
 def test_every_public_name_resolves():

@@ -56,6 +56,7 @@ def launch(
     tools: ExtraTools | None = None,
     train_data: Any = None,
     eval_data: Any = None,
+    agent: Any = None,
     resume: bool = False,
     trust_run_objects: bool = False,
     replace: bool = False,
@@ -79,7 +80,7 @@ def launch(
     """
     import ray
 
-    objects = RunObjects.of(reward, tools, train_data, eval_data)
+    objects = RunObjects.of(reward, tools, train_data, eval_data, agent)  # agent: an rf.AgentProgram
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
     check_named(cfg, objects)
     cfg = absolute_paths(cfg)

@@ -30,6 +30,8 @@ def check_named(cfg: RunConfig, objects: RunObjects) -> None:
         for function in load_tools_config(cfg.tools.config).functions:
             if isinstance(function.target, str):
                 load_function(function.target)
+    if objects.agent is None and cfg.rollout.program is not None:
+        load_reward(cfg.rollout.program)  # the agent program `module:function` (rf.AgentProgram)
     if objects.train_data is None:
         load_rows(cfg.data.train, 1)
     if cfg.grpo.eval_every and objects.eval_data is None:

@@ -73,6 +73,9 @@ class RunObjects:
     """tools added to the config's tools file"""
     train_data: list[Row] | None = None
     eval_data: list[Row] | None = None
+    agent: Any = None
+    """an `rf.AgentProgram` that plays the episodes in place of the config's Agent (travels as its
+    function and settings; the run brings the engine and tools)"""
 
     @classmethod
     def of(
@@ -81,8 +84,11 @@ class RunObjects:
         tools: ExtraTools | None = None,
         train_data: Any = None,
         eval_data: Any = None,
+        agent: Any = None,
     ) -> RunObjects:
         """Check and normalize what a user passed; every mistake names the argument."""
+        if agent is not None and not callable(getattr(agent, "bind", None)):
+            raise TypeError(f"agent is a {type(agent).__name__}: pass an rf.AgentProgram (or leave it out)")
         if reward is not None:
             named = reward.items() if isinstance(reward, Mapping) else [("reward", reward)]
             for name, function in named:
@@ -94,6 +100,7 @@ class RunObjects:
             tools=extra_tools(tools),
             train_data=None if train_data is None else load_rows(train_data, what="train_data"),
             eval_data=None if eval_data is None else load_rows(eval_data, what="eval_data"),
+            agent=agent,
         )
 
     @property
@@ -114,6 +121,8 @@ class RunObjects:
             function = getattr(config.target, "fn", config.target)
             if callable(function):
                 labelled.append((f"tool {getattr(config.target, 'name', function.__name__)!r}", function))
+        if self.agent is not None:
+            labelled.append((f"agent program {getattr(self.agent.fn, '__name__', 'fn')!r}", self.agent.fn))
         return labelled
 
     # ------------------------------------------------------------------ travel
@@ -154,7 +163,8 @@ class RunObjects:
         _write_signature(folder, data, _named_by(config))
         rewards = [(label, fn) for label, fn in self.functions() if label.startswith("reward")]
         tools = [(label, fn) for label, fn in self.functions() if label.startswith("tool")]
-        for name, labelled in (("reward.py", rewards), ("tools.py", tools)):
+        programs = [(label, fn) for label, fn in self.functions() if label.startswith("agent program")]
+        for name, labelled in (("reward.py", rewards), ("tools.py", tools), ("agent.py", programs)):
             if labelled:
                 (folder / name).write_text(source_listing(labelled), encoding="utf-8")
         for name in ("train_data", "eval_data"):

@@ -46,6 +46,7 @@ from rlfactory_nb.errors import StepFailed
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
+from rlfactory_nb.programs.assembly import expand_segments, program_metrics
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.groups import rollout_groups
@@ -219,7 +220,8 @@ class Trainer:
         train_metrics: dict[str, float] = {}
         with timer("update"):
             if trained:
-                batch = build_batch(trained, advantages, self.policy.tokenizer.pad_token_id)
+                # an agent program's episode may hold several segments: each a row, one advantage
+                batch = build_batch(*expand_segments(trained, advantages), self.policy.tokenizer.pad_token_id)
                 update = self.backend.update(batch, step)
                 train_metrics = await self._on_backend(step, "the policy update", update)
         with timer("sync"):
@@ -240,6 +242,7 @@ class Trainer:
             **timer.seconds(),
             **self._overlap(trained, ready.waited_s, timer),
             **self.reward.usage_metrics(),  # the judge's requests, tokens and latency since the last row
+            **program_metrics([traj for group in groups for traj in group]),  # agent programs' calls, merges, forks
         }
         sampled = sum(traj.num_sampled_tokens for group in groups for traj in group)
         row["throughput/sampled_tokens_per_s"] = sampled / max(row["time/rollout_s"], 1e-9)
@@ -404,6 +407,7 @@ async def train(
     eval_data: Any = None,
     trust_run_objects: bool = False,
     replace: bool = False,
+    agent: Any = None,
 ) -> TrainResult:
     """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring.
 
@@ -413,9 +417,10 @@ async def train(
     trust_run_objects: on resume, load the folder's objects even without this user's signature
     (data/objects.py: they run code; read code/reward.py first).
     replace: delete the run folder first (local or on storage) and start over.
+    agent: an rf.AgentProgram that plays the episodes in place of the config's Agent.
     """
     runner = reward if isinstance(reward, RewardRunner) else None
-    objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
+    objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data, agent)
     if replace and not resume:
         RunFolder(cfg.run_dir).store.remove("")
     upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up

@@ -17,6 +17,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rollout.agent import Agent, AgentSession
 from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.types import Message, Trajectory, Turn
@@ -37,10 +38,12 @@ def as_messages(prompt: str | Sequence[Message] | dict[str, Any]) -> list[Messag
 @register_view(Agent)
 class RolloutStepper(StaticFallback, widgets.VBox):
     """One rollout of `agent` from `prompt`, a turn at a time; also the view a core module gets
-    for an agent: `view_of(agent, prompt=...)` (rlfactory_nb/_views.py)."""
+    for an agent: `view_of(agent, prompt=...)` (rlfactory_nb/_views.py). An `rf.AgentProgram`
+    steps one model call at a time (its session has the same step / done / trajectory)."""
 
     def __init__(
-        self, agent: Agent | Runtime, prompt: str | Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None
+        self, agent: Agent | AgentProgram | Runtime, prompt: str | Sequence[Message] | dict[str, Any],
+        metadata: dict[str, Any] | None = None,
     ):
         """`agent`: an Agent, or a run's Runtime (its tools started), stepped with `runtime.agent()`."""
         agent = agent.agent() if isinstance(agent, Runtime) else agent
@@ -118,6 +121,9 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         state = "running..." if self._busy else (f"ended: {html.escape(traj.finish_reason)}" if ended else "ready")
         self.status.value = f"&nbsp;turn {traj.num_turns} of at most {self.agent.max_turns} &middot; {state}"
         self.versions.value = versions_html(traj.turns)
+
+
+register_view(AgentProgram)(RolloutStepper)
 
 
 def versions_html(turns: Sequence[Turn]) -> str:

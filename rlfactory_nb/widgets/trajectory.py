@@ -50,7 +50,19 @@ def summary_html(traj: Trajectory) -> str:
         parts.append(f"ground truth {html.escape(str(traj.metadata['ground_truth']))}")
     if drift_summary(traj):
         parts.append(drift_summary(traj))
+    if "program" in traj.metadata:
+        parts.append(program_summary(traj.metadata["program"]))
     return " &middot; ".join(parts)
+
+
+def program_summary(counters: dict[str, Any]) -> str:
+    """An agent program's calls, and where each training segment began and why (programs/assembly.py);
+    the view's token strip shows the last segment, the earlier ones are in metadata["segments"]."""
+    starts = "; ".join(f"{number}: {html.escape(str(reason))}" for number, reason in enumerate(counters.get("segment_starts", []), 1))
+    return (
+        f"agent program: {counters.get('calls', 0)} call(s), {counters.get('merged', 0)} merged, "
+        f"{counters.get('forks', 0)} new segment(s) &middot; segments began at {starts or 'no call'}"
+    )
 
 
 def turn_html(index: int, turn: Turn) -> str:

@@ -1,0 +1,24 @@
+"""Agent programs: any agent written against an OpenAI-compatible client, trained as it is.
+
+`AgentProgram(fn, policy)` runs `fn(row, llm)` against an endpoint over the run's engine
+(endpoint.py); each episode's calls (sessions.py) become exact trajectories (assembly.py).
+"""
+
+from rlfactory_nb.programs.assembly import expand_segments, program_metrics, segment_trajectories
+from rlfactory_nb.programs.endpoint import Endpoint
+from rlfactory_nb.programs.program import LLM, AgentProgram, ProgramSession, ProgramSettings
+from rlfactory_nb.programs.sessions import CallRecord, EpisodeSession, Limits
+
+__all__ = [
+    "LLM",
+    "AgentProgram",
+    "CallRecord",
+    "Endpoint",
+    "EpisodeSession",
+    "Limits",
+    "ProgramSession",
+    "ProgramSettings",
+    "expand_segments",
+    "program_metrics",
+    "segment_trajectories",
+]

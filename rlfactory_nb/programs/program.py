@@ -1,0 +1,381 @@
+"""`rf.AgentProgram`: train the model behind an agent someone already wrote against an OpenAI client.
+
+    async def solve(row, llm):                       # the researcher's own agent, unchanged
+        client = llm.client()                        # openai.AsyncOpenAI pointed at this episode
+        reply = await client.chat.completions.create(model=llm.model, messages=row["messages"])
+        return reply.choices[0].message.content      # the answer: sample.final_answer
+
+    program = rf.AgentProgram(solve, policy)
+    traj = await program.rollout(row)                 # -> Trajectory, as rf.Agent's
+
+A program stands wherever an `rf.Agent` does (RewardLab, RolloutStepper with one step per model call,
+`rf.evaluate`, `rf.train_sync`, `rf.launch(cfg, cluster, agent=program)`): it has the same `rollout`
+and `start` methods, and a run binds it to its engine, tools, limits and sampling (`bind`). Each
+episode gets a session on this process's endpoint (endpoint.py); its calls become the trajectory
+(assembly.py). A program travels by value to a cluster like a reward function, or is named
+`module:function` in a config (`rollout.program`).
+
+A program that raises, outlives `timeout_s`, or returns something other than a string ends as data:
+finish reason "error", `metadata["program_error"]` naming what happened, and the reward functions
+score it as any other sample (its final answer is empty). The step and the run go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rlfactory_nb._async import run_sync
+from rlfactory_nb.chat import ChatFormat, resolve_chat_format
+from rlfactory_nb.engines.base import Engine, SamplingParams
+from rlfactory_nb.errors import ConfigError
+from rlfactory_nb.programs.assembly import Episode, assemble
+from rlfactory_nb.programs.endpoint import MAX_BODY_BYTES, Endpoint
+from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
+from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
+from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens
+from rlfactory_nb.types import Message, Trajectory, Turn
+
+ProgramFunction = Callable[[dict[str, Any], "LLM"], Awaitable[Any] | Any]
+
+
+@dataclass(frozen=True)
+class ProgramSettings:
+    """How a program's episodes are served; a run replaces the limits and sampling with its own."""
+
+    chat_format: str | ChatFormat = "auto"
+    limits: Limits = field(default_factory=Limits)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    request_sampling: bool = True
+    """a request's temperature, top_p and seed are obeyed (a program on its own); a run sets False"""
+    enable_thinking: bool = False
+    timeout_s: float = 300.0
+    """an episode's wall-clock limit; past it the program is cancelled and the episode ends as data"""
+    drift: str = "warn"
+    model_name: str = "policy"
+    """the model name the endpoint serves (llm.model); another name is refused with 404"""
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_connections: int = 16
+    """connections one episode's client may open at once (its concurrent calls)"""
+
+
+class LLM:
+    """What a program gets for one episode: where to call, with which key, and the run's tools."""
+
+    def __init__(self, base_url: str, api_key: str, model: str, tools: Any, settings: ProgramSettings):
+        self.base_url = base_url
+        self.api_key = api_key
+        self.model = model
+        self.tools = tools
+        """the run's ToolSet (or None): call tools through it so caching and limits stay the run's"""
+        self._settings = settings
+        self._clients: list[Any] = []
+
+    def client(self, **options: Any) -> Any:
+        """An `openai.AsyncOpenAI` for this episode (no retries: a refused call names its limit)."""
+        import openai
+
+        return self._keep(openai.AsyncOpenAI(**self._client_options(openai.DefaultAsyncHttpxClient, options)))
+
+    def sync_client(self, **options: Any) -> Any:
+        """An `openai.OpenAI` for a program written as a plain function (it runs in a thread)."""
+        import openai
+
+        return self._keep(openai.OpenAI(**self._client_options(openai.DefaultHttpxClient, options)))
+
+    def _client_options(self, http_client: Any, options: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        # One pool per episode, sized for its own concurrent calls: a shared default pool (100
+        # connections) would cap how many episodes run at once. The endpoint is plain HTTP on the
+        # loopback: no TLS, and so no certificate store to load (56 ms a client, measured).
+        size = self._settings.max_connections
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        return {
+            "base_url": self.base_url, "api_key": self.api_key, "max_retries": 0,
+            "timeout": self._settings.timeout_s, "http_client": http_client(limits=limits, verify=False), **options,
+        }
+
+    def _keep(self, client: Any) -> Any:
+        self._clients.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            closed = client.close()
+            if inspect.isawaitable(closed):
+                await closed
+
+
+class AgentProgram:
+    """An agent written against an OpenAI-compatible client, trained as it is (module docstring)."""
+
+    def __init__(
+        self,
+        fn: ProgramFunction | str,
+        policy: Any = None,
+        engine: Engine | None = None,
+        *,
+        tools: Any = None,
+        tokenizer: Any = None,
+        settings: ProgramSettings | None = None,
+        **options: Any,
+    ):
+        """`fn(row, llm) -> answer` (async, or a plain function run in a thread), or "module:function";
+        `policy` or `engine` may be left out where a run brings the engine; `options` are
+        ProgramSettings fields, or max_calls / max_new_tokens / max_total_tokens (the limits)."""
+        self.fn = _load(fn) if isinstance(fn, str) else fn
+        if not callable(self.fn):
+            raise TypeError(f"AgentProgram needs a function fn(row, llm), got a {type(fn).__name__}")
+        self.policy = policy
+        self._engine = engine
+        self.tools = tools
+        self._tokenizer = tokenizer
+        self.settings = _with_options(settings or ProgramSettings(), options)
+        self._serving: Serving | None = None
+        self._endpoint: Endpoint | None = None
+        self._root: AgentProgram = self
+        """the program this one was bound from: its endpoint serves every binding (one per process)"""
+        self.drift_count = 0
+
+    # ------------------------------------------------------------------ what a run sets
+
+    def bind(
+        self, policy: Any = None, tools: Any = None, cfg: Any = None, *, engine: Engine | None = None,
+        temperature: float | None = None, drift: str | None = None,
+    ) -> AgentProgram:
+        """This program on a run's engine, tools, limits and sampling (`cfg.rollout`); the run's
+        sampling wins over requests. What `Runtime.agent()` returns when the run has a program."""
+        settings = self.settings
+        if cfg is not None:
+            rollout = cfg.rollout
+            temperature = rollout.temperature if temperature is None else temperature
+            settings = replace(
+                settings, chat_format=rollout.chat_format, request_sampling=False, drift=drift or rollout.drift_check,
+                limits=Limits(rollout.max_turns, rollout.max_new_tokens, rollout.max_total_tokens),
+                sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
+            )
+        bound = AgentProgram(
+            self.fn, policy if policy is not None else self.policy, engine or (None if policy is not None else self._engine),
+            tools=tools if tools is not None else self.tools, tokenizer=self._tokenizer, settings=settings,
+        )
+        bound._root = self._root
+        return bound
+
+    # ------------------------------------------------------------------ what callers of an Agent use
+
+    @property
+    def tokenizer(self) -> Any:
+        found = self._tokenizer or getattr(self.policy, "tokenizer", None) or getattr(self._engine, "tokenizer", None)
+        if found is None:
+            raise ValueError("AgentProgram needs a tokenizer: pass policy=, tokenizer=, or an engine that carries one")
+        return found
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            if self.policy is None:
+                raise ValueError("AgentProgram has no engine: pass policy= or engine=, or run it in a run (train, evaluate)")
+            self._engine = self.policy.engine("hf")
+        return self._engine
+
+    @property
+    def max_turns(self) -> int:
+        return self.settings.limits.max_calls
+
+    def start(
+        self, messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None,
+        sample_id: SampleId | None = None, stepped: bool = True,
+    ) -> ProgramSession:
+        """An episode that advances one model call per `await session.step()` (the RolloutStepper's view)."""
+        return ProgramSession(self, _row(messages, metadata), sample_id, stepped)
+
+    async def rollout(
+        self, messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None,
+        sample_id: SampleId | None = None,
+    ) -> Trajectory:
+        """Run one episode of `fn` on a dataset row (or prompt messages and the row's other columns
+        as `metadata`, as rf.Agent takes them); `sample_id` seeds its calls."""
+        return await ProgramSession(self, _row(messages, metadata), sample_id, stepped=False).run()
+
+    def rollout_sync(self, row: Sequence[Message] | dict[str, Any]) -> Trajectory:
+        return run_sync(self.rollout(row))
+
+    # ------------------------------------------------------------------ serving
+
+    def serving(self) -> Serving:
+        if self._serving is None:
+            tokenizer, settings = self.tokenizer, self.settings
+            fmt = resolve_chat_format(settings.chat_format, tokenizer)
+            starts = fmt.reasoning is not None and prompt_opens(tokenizer, fmt.reasoning.open, settings.enable_thinking)
+            self._serving = Serving(
+                self.engine, tokenizer, fmt, settings.limits, settings.sampling, settings.request_sampling,
+                settings.enable_thinking, settings.model_name, starts,
+            )
+        return self._serving
+
+    async def endpoint(self) -> Endpoint:
+        """This process's endpoint for the program, on the running event loop (started on first use)."""
+        root, loop = self._root, asyncio.get_running_loop()
+        if root._endpoint is None or root._endpoint.loop is not loop:
+            root._endpoint = await Endpoint(root.settings.max_body_bytes).start()
+        return root._endpoint
+
+    async def close(self) -> None:
+        """Stop the endpoint (the engine stays the caller's)."""
+        root = self._root
+        if root._endpoint is not None and root._endpoint.loop is asyncio.get_running_loop():
+            await root._endpoint.close()
+        root._endpoint = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What travels to a cluster: the function and settings; the run brings engine and tools."""
+        return {"fn": self.fn, "settings": self.settings, "tokenizer": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["fn"], settings=state["settings"])
+
+    def __repr__(self) -> str:
+        return f"AgentProgram({getattr(self.fn, '__qualname__', self.fn)!r}, max_calls={self.max_turns})"
+
+
+class ProgramSession:
+    """One episode in progress. `step` lets one model call through and waits for it; `run` lets the
+    program finish. `Trajectory` so far: `trajectory`."""
+
+    def __init__(self, program: AgentProgram, row: dict[str, Any], sample_id: SampleId | None, stepped: bool):
+        self.program = program
+        self.row = row
+        self.sample_id = sample_id
+        self.id = str(row.get("id") or uuid.uuid4().hex[:12])
+        self.gate = asyncio.Semaphore(0) if stepped else None
+        self.done = False
+        self._episode: EpisodeSession | None = None
+        self._task: asyncio.Task | None = None
+        self._result: Trajectory | None = None
+        self._current: Trajectory | None = None
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """The episode so far: before any call, its prompt alone (rendered only when asked for)."""
+        if self._current is None:
+            serving = self.program.serving()
+            self._current = Trajectory(
+                prompt_ids(serving.tokenizer, self.row["messages"], None, serving.enable_thinking),
+                messages=list(self.row["messages"]), metadata=_metadata(self.row), id=self.id,
+            )
+        return self._current
+
+    async def step(self) -> Turn | None:
+        """Let the program make its next model call; returns that call's turn (None once it ended)."""
+        if self.done:
+            return None
+        await self._ensure_started()
+        episode = self._episode
+        before = len(episode.calls)
+        episode.changed.clear()
+        self.gate.release()
+        while len(episode.calls) == before and not self._task.done():
+            waiter = asyncio.ensure_future(episode.changed.wait())
+            await asyncio.wait([self._task, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            episode.changed.clear()
+        if self._task.done():
+            self._finish()
+        else:
+            self._current = self._assemble(Episode(self.row["messages"], _metadata(self.row)))
+        turns = self.trajectory.turns
+        return turns[-1] if len(episode.calls) > before and turns else None
+
+    async def run(self) -> Trajectory:
+        """Let the program run to its end; returns the episode's Trajectory."""
+        await self._ensure_started()
+        if self.gate is not None:
+            for _ in range(self.program.max_turns + 1):  # every call the limits allow
+                self.gate.release()
+        await asyncio.wait([self._task])
+        self._finish()
+        return self.trajectory
+
+    async def _ensure_started(self) -> None:
+        if self._task is not None:
+            return
+        endpoint = await self.program.endpoint()
+        self._episode = endpoint.open(EpisodeSession(self.program.serving(), self.sample_id, self.gate))
+        llm = LLM(endpoint.base_url(self._episode), self._episode.key, self.program.settings.model_name,
+                  self.program.tools, self.program.settings)
+        self._task = asyncio.ensure_future(self._play(endpoint, llm))
+
+    async def _play(self, endpoint: Endpoint, llm: LLM) -> tuple[Any, str | None]:
+        """Run the program to its end; (answer, error) with every failure named, never raised."""
+        settings, fn = self.program.settings, self.program.fn
+        try:
+            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+                work = fn(self.row, llm)
+            else:
+                work = asyncio.to_thread(_call_plain, fn, self.row, llm)
+            answer, error = await asyncio.wait_for(work, settings.timeout_s), None
+        except TimeoutError:
+            answer, error = None, f"the program ran past its episode timeout (timeout_s={settings.timeout_s:g})"
+        except Exception as exc:  # noqa: BLE001  (the program's own failure is data for this episode)
+            answer, error = None, f"the program raised {type(exc).__name__}: {str(exc)[:500]}"
+        finally:
+            endpoint.forget(self._episode)
+            await llm.aclose()
+        if error is None and not isinstance(answer, str):
+            error = f"the program returned a {type(answer).__name__}, not a str (its answer must be text)"
+        return answer, error
+
+    def _finish(self) -> None:
+        if self._result is None:
+            answer, error = self._task.result()
+            episode = Episode(self.row["messages"], _metadata(self.row), answer, error, self._episode.limit_hit)
+            self._result = self._assemble(episode)
+            self.program.drift_count += self._result.metadata["program"]["drift"]
+        self._current, self.done = self._result, True
+
+    def _assemble(self, episode: Episode) -> Trajectory:
+        calls = list(self._episode.calls)
+        return assemble(self.program.serving(), calls, episode, self.id, self.program.settings.drift)
+
+
+def _call_plain(fn: Callable[..., Any], row: dict[str, Any], llm: LLM) -> Any:
+    return fn(row, llm)
+
+
+def _row(messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """A dataset row from what a caller of rf.Agent passes: messages and the row's other columns."""
+    if isinstance(messages, dict):
+        if "messages" not in messages:
+            raise ValueError("a program's row needs 'messages' (the prompt as chat messages)")
+        return {**(metadata or {}), **messages}
+    return {**(metadata or {}), "messages": list(messages)}
+
+
+def _metadata(row: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in row.items() if key != "messages"}
+
+
+def _with_options(settings: ProgramSettings, options: dict[str, Any]) -> ProgramSettings:
+    limits = {key: options.pop(key) for key in ("max_calls", "max_new_tokens", "max_total_tokens") if key in options}
+    if "max_turns" in options:
+        limits["max_calls"] = options.pop("max_turns")
+    known = set(ProgramSettings.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"AgentProgram got unknown options {unknown}; known: {sorted(known | set(limits))}")
+    settings = replace(settings, **options)
+    return replace(settings, limits=replace(settings.limits, **limits)) if limits else settings
+
+
+def _load(spec: str) -> ProgramFunction:
+    try:
+        return load_reward(spec)
+    except RewardLoadError as error:
+        message = str(error).replace(f"reward spec {spec!r}: ", "")
+        raise ConfigError([f"rollout.program {spec!r} (the agent program): {message}"]) from None
