@@ -87,7 +87,41 @@ def gemma4():
     return family.gemma_tokenizer(), family.sampled_turn([WEATHER], "", "")
 
 
-FAMILIES = {f.__name__: f for f in (qwen3, qwen3_xml, qwen2_5, llama3, mistral, deepseek_v3, glm4_5, kimi_k2, gpt_oss, gemma4)}
+def deepseek_v32():
+    from tests.chat import test_deepseek_dsml as family
+
+    return family.tokenizer_of("deepseek_v32"), family.sampled_turn("deepseek_v32", [WEATHER], "", "", False)
+
+
+def deepseek_v4():
+    from tests.chat import test_deepseek_dsml as family
+
+    return family.tokenizer_of("deepseek_v41"), family.sampled_turn("deepseek_v41", [WEATHER], "", "", False)
+
+
+def kimi_k3():
+    from tests.chat import test_kimi_k3 as family
+
+    return family.k3_tokenizer(), family.sampled_turn([WEATHER], "", "", False)
+
+
+def llama4():
+    from tests.chat import test_llama4 as family
+
+    return family.llama4_tokenizer("hf"), family.sampled_turn("hf", [WEATHER], "")
+
+
+def glm4_7():
+    from tests.chat import test_glm4_7 as family
+
+    return family.glm_tokenizer(), family.sampled_turn([WEATHER], "", "")
+
+
+FAMILIES = {
+    f.__name__: f
+    for f in (qwen3, qwen3_xml, qwen2_5, llama3, mistral, deepseek_v3, glm4_5, kimi_k2, gpt_oss, gemma4,
+              deepseek_v32, deepseek_v4, kimi_k3, llama4, glm4_7)
+}
 
 
 def test_every_registered_family_is_covered():
