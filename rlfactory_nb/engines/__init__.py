@@ -1,6 +1,6 @@
 """Rollout engines: one contract (base.py), a transformers engine (hf.py) and a vLLM engine (vllm.py);
 what an engine is made from and the one place it is made (build.py); the policy version rule
-(versioned.py).
+(versioned.py); a scripted engine for tests of what sits above (testing.py: `ScriptedEngine`).
 
 Importing this package registers both kinds; vllm itself is imported only when a vLLM engine is made.
 """
@@ -17,6 +17,7 @@ from rlfactory_nb.engines.base import (
     register_engine,
     stop_token_ids_from_tokenizer,
 )
+from rlfactory_nb.engines import testing
 from rlfactory_nb.engines.build import EngineSource, Folder, InMemory, Snapshot, build_engine
 from rlfactory_nb.engines.hf import HFEngine
 from rlfactory_nb.engines.versioned import StampedEngine
@@ -44,4 +45,5 @@ __all__ = [
     "engine_traits",
     "register_engine",
     "stop_token_ids_from_tokenizer",
+    "testing",
 ]
