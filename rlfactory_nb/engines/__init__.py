@@ -5,6 +5,7 @@ what an engine is made from and the one place it is made (build.py); the policy 
 Importing this package registers both kinds; vllm itself is imported only when a vLLM engine is made.
 """
 
+from rlfactory_nb.engines import testing
 from rlfactory_nb.engines.base import (
     BroadcastReceiver,
     Engine,
@@ -17,7 +18,6 @@ from rlfactory_nb.engines.base import (
     register_engine,
     stop_token_ids_from_tokenizer,
 )
-from rlfactory_nb.engines import testing
 from rlfactory_nb.engines.build import EngineSource, Folder, InMemory, Snapshot, build_engine
 from rlfactory_nb.engines.hf import HFEngine
 from rlfactory_nb.engines.versioned import StampedEngine
