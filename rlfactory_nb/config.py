@@ -20,6 +20,7 @@ import yaml
 
 from rlfactory_nb.config_schema import (
     ConfigError,
+    ImportSpec,
     NonEmptyStr,
     NonNegativeFloat,
     NonNegativeInt,
@@ -117,6 +118,11 @@ class RolloutConfig:
     """trajectories generating or calling tools at once"""
     drift_check: Literal["strict", "warn", "off"] = "warn"
     """compare rollout ids with a full chat-template render: raise, warn, or skip"""
+    enable_thinking: bool | None = None
+    """reasoning mode of the chat template (Qwen3's `enable_thinking`): true thinks before answering,
+    false pre-fills an empty think block; unset: the model's own default (an embedded preset's, else
+    its template's: thinking for Qwen3). Training, `rf.evaluate`, the steppers, the RewardLab and the
+    drift check all render with it"""
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,7 @@ class JudgeConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    function: NonEmptyStr = "rlfactory_nb.rewards.functions:exact_match"
+    function: ImportSpec = "rlfactory_nb.rewards.functions:exact_match"
     """the reward function, as `module:function` or `path/to/file.py:function`"""
     args: dict[str, Any] = field(default_factory=dict)
     """keyword arguments for `function`; when given, `function` is a factory called once with them

@@ -49,7 +49,7 @@ from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.rollout.seeds import SampleId
-from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.runtime import Runtime, check_names
 from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
@@ -411,6 +411,7 @@ async def train(
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
+    check_names(cfg, objects)  # a name that resolves to nothing fails before the model loads
     upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up
     trainer = Trainer(cfg, policy, runner, objects, trust_run_objects, run_dir=upload.local if upload else None)
     try:

@@ -32,6 +32,8 @@ from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, c
 from rlfactory_nb.models.presets.warmstart import WarmStartConfig, warm_start
 
 PRESETS = ("tiny-calculator",)
+THINKING = {"tiny-calculator": False}
+"""each preset's reasoning mode: the one its warm start trained (`rollout.enable_thinking` unset)"""
 RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), not only in config
 
 
