@@ -87,7 +87,7 @@ def launch(
     if folder.remote:
         folder.store.probe()  # unreachable, read-only or no credentials: said here, not at step 1's checkpoint
     expected = local_model_digest(cfg.model.name)  # what the kernel inspects; the driver must train it
-    cluster = cluster or Cluster.connect(cfg.cluster.address)
+    cluster = cluster or Cluster.connect(cfg.cluster.address, object_store_memory_gb=cfg.cluster.object_store_memory_gb)
     env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     _retire_previous(cfg.name, folder)
     _prepare_folder(folder, resume, replace)
