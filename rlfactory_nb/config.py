@@ -179,7 +179,8 @@ class DynamicSamplingConfig:
 @dataclass(frozen=True)
 class GRPOConfig:
     steps: PositiveInt = 100
-    """optimizer steps (each: rollouts -> rewards -> advantages -> update -> weight sync)"""
+    """training steps (each: rollouts -> rewards -> advantages -> update -> weight sync); one step's
+    update makes ppo_epochs x ceil(trajectories / mini_batch_size) optimizer steps (4 with the defaults)"""
     prompts_per_step: PositiveInt = 16
     """distinct prompts sampled per step"""
     group_size: PositiveInt = 8
@@ -313,7 +314,7 @@ class ClusterConfig:
     """how new weights reach the engine actors: through the Ray object store, or a broadcast from
     worker 0 in a process group with the engines (NCCL on GPU, gloo on CPU); "auto": broadcast on GPU"""
     object_store_memory_gb: PositiveFloat = 1.0
-    """Ray object store size for a local cluster"""
+    """Ray object store size of the local Ray that `launch` or `train_sync` starts (an existing cluster keeps its own)"""
     backend: Literal["auto", "local", "ray"] = "auto"
     """"local": trainer and engine in this process, no Ray (for debugging); "ray": policy workers and
     engine actors on Ray; "auto": Ray when num_workers, num_engines or num_gpus > 1 or an address is
@@ -440,6 +441,12 @@ class RunConfig:
     def replace(self, overrides: Mapping[str, Any] | list[str]) -> RunConfig:
         """A copy with dotted overrides applied (validated like a file)."""
         return RunConfig.from_dict(self.to_dict(), overrides)
+
+
+DEFAULTS = RunConfig(name="defaults")
+"""every setting's default, written once above: the internal records that mirror config fields
+(train/update.py's UpdateSettings, train/trainable.py's TrainingSetup, algo/registry.py's LossArgs,
+train/schedule.py's LRSchedule) take theirs from here (tests/test_one_default.py)"""
 
 
 SHORTHANDS = {"model": "model.name", "engine": "model.engine"}
