@@ -8,7 +8,7 @@ With a real model the kernel usually runs where there is no GPU (a login node, a
     kernel: tokenizer, chat template, parser, ToolSet, rewards  --- token ids --->  engine actor
                                                                 <--- Generation ---
 
-Only token ids travel (tokens in, tokens out: DESIGN.md), never text; tool calls run where the
+Only token ids travel (tokens in, tokens out: rollout/tokens.py), never text; tool calls run where the
 ToolSet runs, the kernel by default.
 
 Lifetime: the actor is named `rlfactory-nb-engine:<label>-<id>` in the package's namespace, so a

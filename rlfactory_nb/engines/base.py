@@ -1,6 +1,6 @@
 """The rollout engine contract: token ids in, token ids and logprobs out (and, to score, logprobs of given ids).
 
-Every engine takes prompt token ids (never text: see "tokens in, tokens out" in DESIGN.md) and returns
+Every engine takes prompt token ids (never text: see "tokens in, tokens out" in rollout/tokens.py) and returns
 exactly the ids it sampled, the logprob of each, and why it stopped. The agent loop and the trainer
 only ever see this contract, so transformers ("hf") and vLLM ("vllm") engines are interchangeable.
 

@@ -11,7 +11,7 @@ they share, so a judge and a model tool behave alike on a slow, failing or hosti
 
 Engine: the model's own tokenizer and chat template (the engine's `.tokenizer`, or `tokenizer=`)
 render the messages to ids here, in the kernel or the driver, and only ids travel (tokens in, tokens
-out: DESIGN.md). Each request is one `generate` call; up to `max_concurrency` are in flight at once,
+out: rollout/tokens.py). Each request is one `generate` call; up to `max_concurrency` are in flight at once,
 and the engine batches them (hf: one padded batch; vLLM: continuous batching). An engine that died
 (`EngineActorDied`) is raised as it is, never as a ChatError: every later request would fail too, so
 a caller must not count it as one bad reply (the trainer fails the step, naming the engine).
