@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol
 
 from torch import Tensor
 
+from rlfactory_nb.config import DEFAULTS
+
 Metrics = dict[str, float]
 
 
@@ -22,17 +24,17 @@ Metrics = dict[str, float]
 class LossArgs:
     """The knobs of a policy loss. `LossArgs.from_config(cfg.grpo)` reads them from a run config."""
 
-    clip_low: float = 0.2
+    clip_low: float = DEFAULTS.grpo.clip_low
     """PPO clip range below 1: ratios under 1 - clip_low stop pushing negative-advantage tokens down"""
-    clip_high: float = 0.28
+    clip_high: float = DEFAULTS.grpo.clip_high
     """PPO clip range above 1: ratios over 1 + clip_high stop pushing positive-advantage tokens up"""
-    token_budget: int | None = None
+    token_budget: int | None = DEFAULTS.grpo.token_budget
     """dr_grpo's constant divisor (the generation budget in tokens); None: the batch's padded length"""
-    truncate_ratio: float | None = None
+    truncate_ratio: float | None = DEFAULTS.grpo.truncate_ratio
     """TIS cap on the old/rollout importance weight when rollout logprobs are given (None: no cap)"""
-    is_level: Literal["token", "sequence"] = "token"
+    is_level: Literal["token", "sequence"] = DEFAULTS.grpo.is_level
     """that importance weight per token, or one per sequence (see `importance_ratio`)"""
-    is_mode: Literal["truncate", "mask"] = "truncate"
+    is_mode: Literal["truncate", "mask"] = DEFAULTS.grpo.is_mode
     """weights over the cap are capped ("truncate") or zeroed ("mask")"""
 
     @classmethod
