@@ -71,11 +71,6 @@ def join(location: str | Path, *parts: str) -> str | Path:
     return Path(location).joinpath(*parts)
 
 
-def is_local(location: str | Path) -> bool:
-    """A local path or a file:// URI: this node reads it as a local folder."""
-    return not is_uri(location) or str(location).startswith("file://")
-
-
 def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlfactory_nb" / "storage"
 
