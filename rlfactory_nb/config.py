@@ -11,6 +11,7 @@ like the CLI's `grpo.lr=1e-6`.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,12 +240,12 @@ class GRPOConfig:
     truncate_ratio: PositiveFloat | None = None
     """None: old logprobs are the rollout engine's. A number: the trainer recomputes them and weights
     tokens by the engine/trainer ratio capped here (TIS, Yao et al. 2025; useful with vLLM engines)"""
-    is_level: Literal["token", "sequence"] = "token"
+    importance_level: Literal["token", "sequence"] = "token"
     """with truncate_ratio: one engine/trainer importance weight per token, or one per sequence (the
-    product of its tokens' ratios; TRL's vllm_importance_sampling_mode sequence_*)"""
-    is_mode: Literal["truncate", "mask"] = "truncate"
+    product of its tokens' ratios; TRL's vllm_importance_sampling_mode sequence_*). Formerly `is_level`"""
+    importance_cap_mode: Literal["truncate", "mask"] = "truncate"
     """with truncate_ratio: weights above it are capped ("truncate", TIS) or zeroed ("mask": the
-    tokens or sequences the engine and trainer disagree on most are left out)"""
+    tokens or sequences the engine and trainer disagree on most are left out). Formerly `is_mode`"""
     max_staleness: NonNegativeInt = 0
     """asynchronous GRPO: 0 is the synchronous loop (rollout, update, sync, in turn); k >= 1 lets the
     engines generate the next steps' rollouts while the trainer updates, training on samples at most k
@@ -418,7 +419,7 @@ class RunConfig:
         cls, data: Mapping[str, Any], overrides: Mapping[str, Any] | list[str] | None = None, source: str = ""
     ) -> RunConfig:
         """Build from nested dicts; `overrides` are dotted keys (a dict, or "key=value" strings)."""
-        merged = apply_overrides(dict(data), overrides or {})
+        merged = renamed_keys(apply_overrides(dict(data), overrides or {}), source)
         return build(cls, merged, source)
 
     @classmethod
@@ -470,6 +471,31 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | list[st
             node[part] = dict(child) if isinstance(child, Mapping) else {}
             node = node[part]
         node[leaf] = value
+    return data
+
+
+RENAMED = {("grpo", "is_level"): "importance_level", ("grpo", "is_mode"): "importance_cap_mode"}
+"""old keys still read, with a deprecation message: (section, old name) -> new name"""
+
+
+def renamed_keys(data: dict[str, Any], source: str = "") -> dict[str, Any]:
+    """`data` with each old key of RENAMED under its new name, warning once per key; both at once is
+    a ConfigError (which one was meant is unclear).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     renamed_keys({"grpo": {"is_level": "sequence"}})
+    {'grpo': {'importance_level': 'sequence'}}
+    """
+    for (section, old), new in RENAMED.items():
+        part = data.get(section)
+        if not isinstance(part, Mapping) or old not in part:
+            continue
+        if new in part:
+            raise ConfigError([f"{section}.{old} is the old name of {section}.{new}: give only {section}.{new}"], source)
+        warnings.warn(f"{section}.{old} is deprecated: write {section}.{new} (same values)", FutureWarning, stacklevel=3)
+        data[section] = {(new if key == old else key): value for key, value in part.items()}
     return data
 
 

@@ -61,7 +61,7 @@ def test_the_records_defaults_are_the_configs():
     for name in ("loss", "ppo_epochs", "mini_batch_size", "micro_batch_size", "max_grad_norm", "kl_coef",
                  "kl_estimator", "entropy_coef", "seed", "max_tokens_per_micro_batch", "logprob_chunk_tokens"):
         assert getattr(settings, name) == getattr(grpo, name), name
-    for name in ("clip_low", "clip_high", "token_budget", "truncate_ratio", "is_level", "is_mode"):
+    for name in ("clip_low", "clip_high", "token_budget", "truncate_ratio", "importance_level", "importance_cap_mode"):
         assert getattr(LossArgs(), name) == getattr(grpo, name), name
     setup = TrainingSetup(precision=None)
     assert (setup.padding_free, setup.gradient_checkpointing, setup.lora) == (

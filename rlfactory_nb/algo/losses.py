@@ -195,10 +195,10 @@ def _weighted(
     if rollout_logprobs is None:
         return per_token, {}
     weight = importance_ratio(
-        old_logprobs, rollout_logprobs, mask, args.truncate_ratio, args.is_level, args.is_mode
+        old_logprobs, rollout_logprobs, mask, args.truncate_ratio, args.importance_level, args.importance_cap_mode
     )  # (B, T)
     capped = args.truncate_ratio is not None
-    raw = importance_ratio(old_logprobs, rollout_logprobs, mask, None, args.is_level)
+    raw = importance_ratio(old_logprobs, rollout_logprobs, mask, None, args.importance_level)
     metrics = {
         "tis_weight_mean": masked_mean(weight, mask).item(),
         "tis_truncated_fraction": masked_mean((raw > args.truncate_ratio).float(), mask).item()

@@ -32,9 +32,9 @@ class LossArgs:
     """dr_grpo's constant divisor (the generation budget in tokens); None: the batch's padded length"""
     truncate_ratio: float | None = DEFAULTS.grpo.truncate_ratio
     """TIS cap on the old/rollout importance weight when rollout logprobs are given (None: no cap)"""
-    is_level: Literal["token", "sequence"] = DEFAULTS.grpo.is_level
+    importance_level: Literal["token", "sequence"] = DEFAULTS.grpo.importance_level
     """that importance weight per token, or one per sequence (see `importance_ratio`)"""
-    is_mode: Literal["truncate", "mask"] = DEFAULTS.grpo.is_mode
+    importance_cap_mode: Literal["truncate", "mask"] = DEFAULTS.grpo.importance_cap_mode
     """weights over the cap are capped ("truncate") or zeroed ("mask")"""
 
     @classmethod
