@@ -31,3 +31,13 @@ def test_from_functions_checks_its_settings_too():
     assert ToolSet.from_functions(add, timeout_s=3).settings.timeout_s == 3.0
     with pytest.raises(ConfigError, match="did you mean 'max_concurrency'"):
         ToolSet.from_functions(add, max_concurency=4)
+
+
+async def test_what_call_returns_is_importable_where_the_readme_points():
+    import rlfactory_nb as rf
+
+    async with ToolSet.from_functions(add) as tools:
+        result = await tools.call("add", {"a": 2, "b": 3})
+    assert isinstance(result, rf.ToolResult) and rf.tools.ToolResult is rf.ToolResult
+    assert result == rf.ToolResult(status=result.status, content="5", **{
+        k: getattr(result, k) for k in result.__dataclass_fields__ if k not in ("status", "content")})
