@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.config import RunConfig, config_paths
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.errors import ConfigError, PathNotFoundError
 from rlfactory_nb.runtime import Runtime, build_tools
 from rlfactory_nb.tools.toolset import ToolSet
 
@@ -63,7 +64,7 @@ class Example:
     def dataset(self, split: str = "train", n: int | None = None) -> list[Row]:
         """Rows of the config's `data.train` ("train") or `data.eval` ("eval"), at most `n`."""
         if split not in ("train", "eval"):
-            raise ValueError(f'split must be "train" or "eval", got {split!r}')
+            raise ConfigError(f'split must be "train" or "eval", got {split!r}')
         cfg = self.config()
         return load_rows(getattr(cfg.data, split), n)
 
@@ -72,7 +73,7 @@ class Example:
         config's `tools.*` keys: `build_tools`), `settings` over both; not started: `await tools.start()`."""
         tools = build_tools(self.config(), **settings)
         if tools is None:
-            raise ValueError(f"example {self.name!r} has no tools (tools.config is null in its config)")
+            raise ConfigError(f"example {self.name!r} has no tools (tools.config is null in its config)")
         return tools
 
 
@@ -89,7 +90,7 @@ def find_project(relative: str) -> Path:
     for root in candidates:
         if (root / relative).exists():
             return root
-    raise FileNotFoundError(
+    raise PathNotFoundError(
         f"no {relative} in {candidates[0]}, its parents or the package checkout; "
         "set RLFACTORY_NB_EXAMPLES to the project folder"
     )
@@ -101,4 +102,4 @@ def example(name: str = "calculator") -> Example:
         return Example(name, find_project(f"examples/{name}/{CONFIG_FILE}"))
     except FileNotFoundError as error:
         found = sorted({p.parent.name for root in project_roots() for p in (root / "examples").glob(f"*/{CONFIG_FILE}")})
-        raise FileNotFoundError(f"no example {name!r}: {error}; available: {', '.join(found) or 'none'}") from None
+        raise PathNotFoundError(f"no example {name!r}: {error}; available: {', '.join(found) or 'none'}") from None

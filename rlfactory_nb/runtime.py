@@ -226,7 +226,7 @@ class Runtime:
         it): the training reward or logged beside it, as `reward.judge.use` says; returns the runner."""
         judge = self.cfg.reward.judge
         if judge is None:
-            raise ValueError("this run declares no judge (reward.judge)")
+            raise ConfigError("this run declares no judge (reward.judge)")
         self._reward = self.reward.with_function("judge", LLMJudge.from_config(judge, engine), first=judge.use == "reward")
         return self._reward
 
@@ -241,7 +241,7 @@ class Runtime:
         """The run's Agent at `temperature` (None: the config's; 0: greedy); `drift` replaces
         `rollout.drift_check`."""
         if self.policy is None and self.engine is None:
-            raise ValueError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
+            raise ConfigError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
         return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift)
 
     # ------------------------------------------------------------------ the run's rows

@@ -103,8 +103,9 @@ def test_errors_keep_their_built_in_bases():
     def caught_by(cls: type) -> set[type]:
         return {base for base in STD_BASES if issubclass(cls, base)}
 
+    also = {"JudgeParseError": {RuntimeError}}  # a JudgeError now (issue 40): `except rf.JudgeError` catches it
     for name, base in BUILT_IN_BASES.items():
-        assert issubclass(classes[name], base) and caught_by(classes[name]) == caught_by(base), name
+        assert issubclass(classes[name], base) and caught_by(classes[name]) == caught_by(base) | also.get(name, set()), name
 
 
 def test_every_class_in_errors_is_a_documented_rlfactory_error():

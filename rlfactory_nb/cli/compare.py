@@ -15,6 +15,7 @@ from pathlib import Path
 from rlfactory_nb.cluster.run_folder import RunFolder
 from rlfactory_nb.compare import compare_policies_sync
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.errors import PathNotFoundError
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, list_checkpoints
 from rlfactory_nb.types import Trajectory, load_jsonl
 
@@ -45,10 +46,10 @@ def policy_at(run: Path, step: int) -> str:
         if base is None and checkpoints:
             base = RunConfig.from_yaml(next(iter(checkpoints.values())) / RUN_CONFIG).model.name
         if base is None:
-            raise FileNotFoundError(f"{run} names no base model (no job.json, no checkpoint): is it a run folder?")
+            raise PathNotFoundError(f"{run} names no base model (no job.json, no checkpoint): is it a run folder?")
         return str(base)
     if step not in checkpoints:
-        raise FileNotFoundError(f"{run} has no checkpoint of step {step}; it has steps {sorted(checkpoints) or 'none'}")
+        raise PathNotFoundError(f"{run} has no checkpoint of step {step}; it has steps {sorted(checkpoints) or 'none'}")
     return str(checkpoints[step])
 
 
@@ -57,5 +58,5 @@ def saved_trajectories(run: Path, step: int) -> list[Trajectory]:
     files = sorted((run / "trajectories").glob("step_*.jsonl"))
     usable = [file for file in files if int(file.stem.removeprefix("step_")) <= step]
     if not usable:
-        raise FileNotFoundError(f"{run}/trajectories holds no saved step at or before {step}")
+        raise PathNotFoundError(f"{run}/trajectories holds no saved step at or before {step}")
     return load_jsonl(usable[-1])

@@ -29,7 +29,14 @@ from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig, load_yaml
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row
-from rlfactory_nb.errors import JobExistsError, JobFailed
+from rlfactory_nb.errors import (
+    ClusterError,
+    JobExistsError,
+    JobFailed,
+    JobTimeout,
+    PathNotFoundError,
+    RunFolderExistsError,
+)
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, parse_step
 from rlfactory_nb.models.files import local_model_digest, model_folder
 from rlfactory_nb.rewards.values import RewardFunction
@@ -163,7 +170,7 @@ def _prepare_folder(folder: RunFolder, resume: bool, replace: bool) -> None:
     if replace and folder.exists():
         folder.store.remove("")
     if not resume and (folder.metrics() or folder.checkpoints()):
-        raise FileExistsError(
+        raise RunFolderExistsError(
             f"{folder.path} already holds a run: launch(..., resume=True) to continue it, replace=True to start "
             "over, or choose another name"
         )
@@ -204,7 +211,7 @@ class TrainingJob:
             except ValueError:
                 actor = None
         if actor is None and not RunFolder(run_dir).exists():
-            raise FileNotFoundError(
+            raise PathNotFoundError(
                 f"no job named {name!r}: no driver on the cluster and no run folder {run_dir} "
                 "(pass output_dir= if the run was written elsewhere)"
             )
@@ -297,9 +304,9 @@ class TrainingJob:
                     raise JobFailed(f"job {self.name!r} failed:\n{info.get('error')}")
                 return str(state)
             if self._actor is None and state not in ("pending", "starting", "running", "stopping"):
-                raise RuntimeError(f"job {self.name!r} has no driver and its last state is {state!r}")
+                raise ClusterError(f"job {self.name!r} has no driver and its last state is {state!r}")
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.name!r} still {state} after {timeout_s:g} s")
+                raise JobTimeout(f"job {self.name!r} still {state} after {timeout_s:g} s")
             time.sleep(poll_s)
 
     # ------------------------------------------------------------------ the live policy
@@ -329,7 +336,7 @@ class TrainingJob:
             )
         checkpoints = self.checkpoints
         if not checkpoints:
-            raise RuntimeError(
+            raise ClusterError(
                 f"job {self.name!r} is {self.status} and left no checkpoint: there are no weights to serve "
                 "(grpo.checkpoint_every and the final step write checkpoints)"
             )
@@ -368,7 +375,7 @@ class TrainingJob:
         checkpoints = self.checkpoints
         text = Storage.at(checkpoints[-1]).read_text(RUN_CONFIG) if checkpoints else None
         if text is None:
-            raise FileNotFoundError(
+            raise PathNotFoundError(
                 f"job {self.name!r}: no live driver and no checkpoint with {RUN_CONFIG} to read its config from"
             )
         return RunConfig.from_dict(load_yaml(text, f"{checkpoints[-1]}/{RUN_CONFIG}") or {})
@@ -384,7 +391,7 @@ class TrainingJob:
             self._actor = None
             return None
         except GetTimeoutError as error:
-            raise TimeoutError(
+            raise JobTimeout(
                 f"job {self.name!r}: its driver did not hand over the weights within {SNAPSHOT_TIMEOUT_S:g} s "
                 f"(state {self.status}; job.logs() says what it is doing)"
             ) from error
@@ -393,7 +400,7 @@ class TrainingJob:
         import ray
 
         if not ray.is_initialized():
-            raise RuntimeError(
+            raise ClusterError(
                 f"{what} runs an engine on a cluster, and this kernel is connected to none: "
                 f"TrainingJob.attach({self.name!r}, rf.Cluster.connect(...))"
             )

@@ -53,7 +53,7 @@ from rlfactory_nb.engines.base import (
     check_score_request,
     stop_token_ids_from_tokenizer,
 )
-from rlfactory_nb.errors import ChatFormatError
+from rlfactory_nb.errors import ArgumentTypeError, ChatFormatError
 
 Replies = Sequence[str] | Mapping[str, Sequence[str]] | Callable[[str], str]
 
@@ -76,7 +76,7 @@ class ScriptedEngine:
         delay_s: float = 0.0,
     ):
         if isinstance(replies, str) or not (callable(replies) or isinstance(replies, (Sequence, Mapping))):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"replies must be a list of texts, a mapping {{prompt substring: texts}} or a callable "
                 f"(prompt text) -> text, got {type(replies).__name__}"
             )

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import ConfigError, RewardTimeout, RewardWorkerError
+
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds rlfactory_nb/
 _WORKER_COMMAND = "from rlfactory_nb.rewards.isolated import serve; serve()"
 
@@ -43,7 +45,7 @@ class WorkerPool:
         self, max_workers: int = 2, setup: Callable[[], Any] | None = None, start_timeout_s: float = 120.0
     ):
         if max_workers < 1 or start_timeout_s <= 0:
-            raise ValueError(f"need max_workers >= 1 and start_timeout_s > 0, got {max_workers}, {start_timeout_s}")
+            raise ConfigError(f"need max_workers >= 1 and start_timeout_s > 0, got {max_workers}, {start_timeout_s}")
         self.setup = None if setup is None else function_name(setup)
         self.start_timeout_s = start_timeout_s
         self.started = 0
@@ -66,7 +68,7 @@ class WorkerPool:
                 raise
             self._idle.put(worker)
         if "error" in reply:
-            raise RuntimeError(f"{request['function']} in a worker process raised {reply['error']}")
+            raise RewardWorkerError(f"{request['function']} in a worker process raised {reply['error']}")
         return reply["result"]
 
     def close(self) -> None:
@@ -117,7 +119,7 @@ class _Worker:
             self.process.stdin.write(json.dumps(message).encode() + b"\n")
             self.process.stdin.flush()
         except BrokenPipeError:
-            raise RuntimeError(f"the worker process exited (code {self.process.poll()})") from None
+            raise RewardWorkerError(f"the worker process exited (code {self.process.poll()})") from None
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._pending:
             self._pending += self._read(deadline, timeout_s)
@@ -128,10 +130,10 @@ class _Worker:
         remaining = deadline - time.monotonic()
         stdout = self.process.stdout.fileno()
         if remaining <= 0 or not select.select([stdout], [], [], remaining)[0]:
-            raise TimeoutError(f"no result within {timeout_s:g} s; the worker process was stopped")
+            raise RewardTimeout(f"no result within {timeout_s:g} s; the worker process was stopped")
         chunk = os.read(stdout, 1 << 16)
         if not chunk:
-            raise RuntimeError(f"the worker process exited (code {self.process.wait()})")
+            raise RewardWorkerError(f"the worker process exited (code {self.process.wait()})")
         return chunk
 
     def kill(self) -> None:
@@ -150,7 +152,7 @@ def function_name(function: Callable[..., Any]) -> str:
     """
     module, name = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
     if not module or module == "__main__" or "<" in name:
-        raise ValueError(
+        raise ConfigError(
             f"{function!r} cannot run in a worker process: it must be defined at the top level of an "
             "importable module (not in a notebook, a script's __main__ or another function)"
         )

@@ -337,13 +337,13 @@ class ToolSet:
 
     def _require_started(self) -> None:
         if not self.started:
-            raise RuntimeError(
+            raise ServerUnavailable(
                 "the ToolSet is not started: `await tools.start()` (or `tools.start_sync()`) first"
             )
 
     def _check_loop(self) -> None:
         if self.connections and asyncio.get_running_loop() is not self._loop:
-            raise RuntimeError(
+            raise ServerUnavailable(
                 "this ToolSet was started on another event loop; its server sessions live there. "
                 "Use it from the loop that started it (in a notebook: `await` or the *_sync methods, not asyncio.run)"
             )

@@ -41,7 +41,7 @@ from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import PromptOrder
-from rlfactory_nb.errors import StepFailed
+from rlfactory_nb.errors import RunFolderExistsError, StepFailed
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
@@ -182,7 +182,7 @@ class Trainer:
         if resume:
             return latest
         if latest is not None or read_metrics(self.run_dir):
-            raise FileExistsError(
+            raise RunFolderExistsError(
                 f"{self.run_dir} already holds a run: pass resume=True (CLI: --resume) to continue it, or "
                 "choose another name (name=...) or output_dir"
             )

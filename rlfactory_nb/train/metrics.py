@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.data.rows import DatasetError, bounded_lines, parse_json
+from rlfactory_nb.errors import MissingExtraError
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.types import Sample, Trajectory
 
@@ -366,7 +367,7 @@ def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> An
     try:
         import wandb
     except ImportError as error:
-        raise ImportError(
+        raise MissingExtraError(
             f"wandb_project={project!r} needs the wandb package: pip install 'rlfactory-nb[wandb]' "
             "(or remove wandb_project from the config)"
         ) from error

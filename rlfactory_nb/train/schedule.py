@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from rlfactory_nb.config import DEFAULTS
+from rlfactory_nb.errors import ConfigError
 
 DECAYS: dict[str, Callable[[float], float]] = {
     "constant": lambda progress: 1.0,
@@ -53,7 +54,7 @@ class LRSchedule:
 
     def __post_init__(self) -> None:
         if self.name not in DECAYS:
-            raise ValueError(f"unknown lr_schedule {self.name!r}; known: {', '.join(DECAYS)}")
+            raise ConfigError(f"unknown lr_schedule {self.name!r}; known: {', '.join(DECAYS)}")
 
     @classmethod
     def from_config(cls, grpo: Any) -> LRSchedule:

@@ -49,6 +49,7 @@ from rlfactory_nb.algo.losses import kl_penalty, masked_mean
 from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_reduction
 from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.engines.logprobs import chunked_token_stats, supports_chunking
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.models.precision import FLOAT32, Precision, autocast
 from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_logprobs
 from rlfactory_nb.train.packing import PackedRow, first_fit_decreasing, pack
@@ -115,7 +116,7 @@ def policy_update(
     """Run the update (module docstring) and return `train/...` metrics averaged over micro-batches."""
     loss_reduction(settings.loss)  # an unknown loss name fails before any work
     if settings.mini_batch_size < world_size:
-        raise ValueError(
+        raise ConfigError(
             f"grpo.mini_batch_size ({settings.mini_batch_size}) must be >= the number of policy workers "
             f"({world_size}) so that every worker trains on each mini-batch"
         )

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from rlfactory_nb.errors import RegistryKeyError
 from rlfactory_nb.models.node import ModelFilesError, forbid_preset_builds, node_name
 from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
@@ -109,7 +110,7 @@ def cached_preset(name: str, log: Callable[[str], None] = print) -> Path:
 
 def _check_name(name: str) -> None:
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; embedded presets: {', '.join(PRESETS)}")
+        raise RegistryKeyError(f"unknown preset {name!r}; embedded presets: {', '.join(PRESETS)}")
 
 
 def run_preset_command(args: argparse.Namespace) -> int:
