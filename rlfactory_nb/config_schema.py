@@ -94,7 +94,9 @@ def import_spec(value: str | None) -> str | None:
     >>> import_spec("my_rewards.py:score") is None, import_spec("score")
     (True, "must look like 'package.module:name' or 'path/to/file.py:name', got 'score'")
     """
-    where, colon, name = (value or "x:x").rpartition(":")  # rpartition: a Windows path has a colon of its own
+    if value is None:
+        return None
+    where, colon, name = value.rpartition(":")  # rpartition: a Windows path has a colon of its own
     if colon and where.strip() and name.strip():
         return None
     return f"must look like 'package.module:name' or 'path/to/file.py:name', got {value!r}"

@@ -67,5 +67,6 @@ def test_objects_from_the_kernel_replace_what_the_config_names():
 
 
 def test_a_reward_spec_must_name_a_module_and_a_function():
-    with pytest.raises(ConfigError, match="reward.function: must look like 'package.module:name'"):
-        RunConfig.from_dict({"name": "x", "reward": {"function": "exact_match"}})
+    for spec in ("exact_match", "", "module:", ":name"):
+        with pytest.raises(ConfigError, match="reward.function: must look like 'package.module:name'"):
+            RunConfig.from_dict({"name": "x", "reward": {"function": spec}})
