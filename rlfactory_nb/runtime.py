@@ -97,14 +97,15 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None) -> None:
     objects = objects or RunObjects()
     problems = [f"{key}: {problem}" for key, name, known in _registry_names(cfg) if (problem := _unknown(name, known))]
     for key, spec in _import_specs(cfg):
-        if key == "reward.function" and objects.reward is not None:
-            continue
-        try:
-            load_reward(spec, cfg.reward.args) if key == "reward.function" else _load_object(spec)
-        except (ImportError, ValueError) as error:
-            problems.append(f"{key}: {error}")
+        if key != "reward.function":
+            try:
+                _load_object(spec)
+            except (ImportError, ValueError) as error:
+                problems.append(f"{key}: {error}")
     if problems:
         raise ConfigError(problems, "the names it gives")
+    if objects.reward is None:
+        load_reward(cfg.reward.function, cfg.reward.args)  # a RewardLoadError names the spec and the fix
     if cfg.tools.config is not None:
         for function in load_tools_config(cfg.tools.config).functions:
             if isinstance(function.target, str):

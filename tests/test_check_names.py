@@ -8,7 +8,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.cluster import jobs
 from rlfactory_nb.config import RunConfig
-from rlfactory_nb.errors import ConfigError, DatasetError, RLFactoryError
+from rlfactory_nb.errors import ConfigError, DatasetError, RewardLoadError, RLFactoryError
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.runtime import check_names
 
@@ -20,9 +20,9 @@ MISTAKES = {
     "chat format": ({"rollout.chat_format": "qwen_3"}, ConfigError, "rollout.chat_format: unknown name 'qwen_3' (did you mean 'qwen3'?)"),
     "engine kind": ({"model.engine": "vlm"}, ConfigError, "model.engine: unknown name 'vlm' (did you mean 'vllm'?)"),
     "judge engine": ({"reward.judge": {**JUDGE, "engine": "hff"}}, ConfigError, "reward.judge.engine: unknown name 'hff' (did you mean 'hf'?)"),
-    "reward module": ({"reward.function": "no_such_rewards:score"}, ConfigError, "reward.function: reward spec 'no_such_rewards:score': cannot import"),
-    "reward name": ({"reward.function": "rlfactory_nb.rewards.functions:exact_mach"}, ConfigError, "has no 'exact_mach'"),
-    "reward file": ({"reward.function": "missing/reward.py:score"}, ConfigError, "reward.function: reward spec 'missing/reward.py:score': no file"),
+    "reward module": ({"reward.function": "no_such_rewards:score"}, RewardLoadError, "reward spec 'no_such_rewards:score': cannot import"),
+    "reward name": ({"reward.function": "rlfactory_nb.rewards.functions:exact_mach"}, RewardLoadError, "has no 'exact_mach'"),
+    "reward file": ({"reward.function": "missing/reward.py:score"}, RewardLoadError, "reward spec 'missing/reward.py:score': no file"),
     "dataset": ({"data.train": "missing/train.jsonl"}, DatasetError, "missing/train.jsonl"),
     "eval dataset": ({"data.eval": "synthetic:calculater"}, DatasetError, "unknown synthetic dataset 'synthetic:calculater'"),
 }

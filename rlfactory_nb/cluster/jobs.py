@@ -85,10 +85,10 @@ def launch(
     ship_files: also ship files the config names outside it (see cluster/shipping.py).
     """
     objects = RunObjects.of(reward, tools, train_data, eval_data)
+    payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
     check_named(cfg, objects)  # before Ray is imported: a typo fails in a second
     import ray
 
-    payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
     cfg = absolute_paths(cfg)
     folder = RunFolder(cfg.run_dir)
     if folder.remote:
