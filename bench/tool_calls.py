@@ -143,7 +143,7 @@ async def measure(settings: Settings, log: Callable[[str], None] = print) -> dic
     python = ToolSet((), [FunctionConfig(target=evaluate, name="calculator")], ToolSetSettings(cache=False))
     await asyncio.gather(plain.start(), cached.start(), slow.start(), python.start())
     try:
-        warm = {"expression": "1+1"}  # the first call on a fresh server is slow (NOTES.md)
+        warm = {"expression": "1+1"}  # the first call on a fresh server is slow
         await asyncio.gather(*(t.call("calculator", warm) for t in (plain, cached, slow, python)))
         session = plain.connections["calculator"]
 

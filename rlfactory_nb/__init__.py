@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
         "errors",
     ),
     "RunConfig": "config",
-    **dict.fromkeys(["Sample", "Trajectory"], "types"),
+    **dict.fromkeys(["Sample", "ToolResult", "Trajectory"], "types"),
     "tool": "tools.python",
     "ToolSet": "tools.toolset",
     **dict.fromkeys(["model_tool", "agent_tool"], "tools.delegate"),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.algo.advantages import turn_index
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError, EngineRequestError
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.types import Trajectory
 
@@ -111,7 +112,7 @@ async def compare_policies(
     differ fail before any scoring; a trajectory longer than a model's context fails naming it."""
     trajectories = tuple(trajectories)
     if not trajectories:
-        raise ValueError("compare_policies needs at least one trajectory")
+        raise ConfigError("compare_policies needs at least one trajectory")
     first = _scorer(before, device)
     try:
         second = _scorer(after, device)
@@ -138,12 +139,12 @@ def _scorer(source: Any, device: str) -> Scorer:
     if hasattr(source, "score"):
         tokenizer = getattr(source, "tokenizer", None)
         if tokenizer is None:
-            raise TypeError(f"{type(source).__name__} can score but has no `tokenizer`: give a Policy or a checkpoint")
+            raise ArgumentTypeError(f"{type(source).__name__} can score but has no `tokenizer`: give a Policy or a checkpoint")
         return Scorer(source, tokenizer, str(getattr(source, "name", type(source).__name__)), owned=False)
     if isinstance(source, (str, Path)):
         source = Policy.load(source, device=device, log=lambda _: None)  # a LoRA on the wrong base fails here
     if not isinstance(source, Policy):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"compare_policies takes a Policy, a checkpoint folder, a preset name or an engine, got {type(source).__name__}"
         )
     return Scorer(source.engine("hf"), source.tokenizer, source.name or str(source.path), owned=True)
@@ -162,7 +163,7 @@ def check_same_vocabulary(first: Scorer, second: Scorer) -> None:
         return
     differing = sorted(set(one.items()) ^ set(two.items()), key=lambda item: item[1])
     text, _ = differing[0]
-    raise ValueError(
+    raise ConfigError(
         f"{first.label!r} and {second.label!r} have different tokenizers ({len(one)} and {len(two)} tokens; "
         f"e.g. {text!r} is id {one.get(text)} in one and {two.get(text)} in the other): their log-probs of "
         "the same ids are not comparable"
@@ -179,7 +180,7 @@ async def _score_one(scorer: Scorer, index: int, traj: Trajectory) -> list[float
         scored = await scorer.engine.score(traj.prompt_ids + traj.response_ids)
     except ValueError as error:
         name = f" ({traj.id})" if traj.id else ""
-        raise ValueError(f"trajectory {index}{name}, scored by {scorer.label!r}: {error}") from error
+        raise EngineRequestError(f"trajectory {index}{name}, scored by {scorer.label!r}: {error}") from error
     start = len(traj.prompt_ids) - 1  # scored[i] is about token i + 1
     return [scored[start + position] for position, mask in enumerate(traj.loss_mask) if mask]
 

@@ -11,6 +11,7 @@ like the CLI's `grpo.lr=1e-6`.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ import yaml
 
 from rlfactory_nb.config_schema import (
     ConfigError,
+    ImportSpec,
     NonEmptyStr,
     NonNegativeFloat,
     NonNegativeInt,
@@ -120,6 +122,11 @@ class RolloutConfig:
     program: NonEmptyStr | None = None
     """an agent program, `module:function` or `path/to/file.py:function` taking (row, llm), that plays each episode in place
     of the built-in loop against an OpenAI-compatible endpoint (rf.AgentProgram; docs/programs.md)"""
+    enable_thinking: bool | None = None
+    """reasoning mode of the chat template (Qwen3's `enable_thinking`): true thinks before answering,
+    false pre-fills an empty think block; unset: the model's own default (an embedded preset's, else
+    its template's: thinking for Qwen3). Training, `rf.evaluate`, the steppers, the RewardLab and the
+    drift check all render with it"""
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ class JudgeConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    function: NonEmptyStr = "rlfactory_nb.rewards.functions:exact_match"
+    function: ImportSpec = "rlfactory_nb.rewards.functions:exact_match"
     """the reward function, as `module:function` or `path/to/file.py:function`"""
     args: dict[str, Any] = field(default_factory=dict)
     """keyword arguments for `function`; when given, `function` is a factory called once with them
@@ -176,7 +183,8 @@ class DynamicSamplingConfig:
 @dataclass(frozen=True)
 class GRPOConfig:
     steps: PositiveInt = 100
-    """optimizer steps (each: rollouts -> rewards -> advantages -> update -> weight sync)"""
+    """training steps (each: rollouts -> rewards -> advantages -> update -> weight sync); one step's
+    update makes ppo_epochs x ceil(trajectories / mini_batch_size) optimizer steps (4 with the defaults)"""
     prompts_per_step: PositiveInt = 16
     """distinct prompts sampled per step"""
     group_size: PositiveInt = 8
@@ -235,12 +243,12 @@ class GRPOConfig:
     truncate_ratio: PositiveFloat | None = None
     """None: old logprobs are the rollout engine's. A number: the trainer recomputes them and weights
     tokens by the engine/trainer ratio capped here (TIS, Yao et al. 2025; useful with vLLM engines)"""
-    is_level: Literal["token", "sequence"] = "token"
+    importance_level: Literal["token", "sequence"] = "token"
     """with truncate_ratio: one engine/trainer importance weight per token, or one per sequence (the
-    product of its tokens' ratios; TRL's vllm_importance_sampling_mode sequence_*)"""
-    is_mode: Literal["truncate", "mask"] = "truncate"
+    product of its tokens' ratios; TRL's vllm_importance_sampling_mode sequence_*). Formerly `is_level`"""
+    importance_cap_mode: Literal["truncate", "mask"] = "truncate"
     """with truncate_ratio: weights above it are capped ("truncate", TIS) or zeroed ("mask": the
-    tokens or sequences the engine and trainer disagree on most are left out)"""
+    tokens or sequences the engine and trainer disagree on most are left out). Formerly `is_mode`"""
     max_staleness: NonNegativeInt = 0
     """asynchronous GRPO: 0 is the synchronous loop (rollout, update, sync, in turn); k >= 1 lets the
     engines generate the next steps' rollouts while the trainer updates, training on samples at most k
@@ -310,7 +318,7 @@ class ClusterConfig:
     """how new weights reach the engine actors: through the Ray object store, or a broadcast from
     worker 0 in a process group with the engines (NCCL on GPU, gloo on CPU); "auto": broadcast on GPU"""
     object_store_memory_gb: PositiveFloat = 1.0
-    """Ray object store size for a local cluster"""
+    """Ray object store size of the local Ray that `launch` or `train_sync` starts (an existing cluster keeps its own)"""
     backend: Literal["auto", "local", "ray"] = "auto"
     """"local": trainer and engine in this process, no Ray (for debugging); "ray": policy workers and
     engine actors on Ray; "auto": Ray when num_workers, num_engines or num_gpus > 1 or an address is
@@ -414,7 +422,7 @@ class RunConfig:
         cls, data: Mapping[str, Any], overrides: Mapping[str, Any] | list[str] | None = None, source: str = ""
     ) -> RunConfig:
         """Build from nested dicts; `overrides` are dotted keys (a dict, or "key=value" strings)."""
-        merged = apply_overrides(dict(data), overrides or {})
+        merged = renamed_keys(apply_overrides(dict(data), overrides or {}), source)
         return build(cls, merged, source)
 
     @classmethod
@@ -439,6 +447,12 @@ class RunConfig:
         return RunConfig.from_dict(self.to_dict(), overrides)
 
 
+DEFAULTS = RunConfig(name="defaults")
+"""every setting's default, written once above: the internal records that mirror config fields
+(train/update.py's UpdateSettings, train/trainable.py's TrainingSetup, algo/registry.py's LossArgs,
+train/schedule.py's LRSchedule) take theirs from here (tests/test_one_default.py)"""
+
+
 SHORTHANDS = {"model": "model.name", "engine": "model.engine"}
 """override keys that stand for a longer path when given a plain value: `model=Qwen/Qwen3-4B engine=vllm`"""
 
@@ -460,6 +474,31 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | list[st
             node[part] = dict(child) if isinstance(child, Mapping) else {}
             node = node[part]
         node[leaf] = value
+    return data
+
+
+RENAMED = {("grpo", "is_level"): "importance_level", ("grpo", "is_mode"): "importance_cap_mode"}
+"""old keys still read, with a deprecation message: (section, old name) -> new name"""
+
+
+def renamed_keys(data: dict[str, Any], source: str = "") -> dict[str, Any]:
+    """`data` with each old key of RENAMED under its new name, warning once per key; both at once is
+    a ConfigError (which one was meant is unclear).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     renamed_keys({"grpo": {"is_level": "sequence"}})
+    {'grpo': {'importance_level': 'sequence'}}
+    """
+    for (section, old), new in RENAMED.items():
+        part = data.get(section)
+        if not isinstance(part, Mapping) or old not in part:
+            continue
+        if new in part:
+            raise ConfigError([f"{section}.{old} is the old name of {section}.{new}: give only {section}.{new}"], source)
+        warnings.warn(f"{section}.{old} is deprecated: write {section}.{new} (same values)", FutureWarning, stacklevel=3)
+        data[section] = {(new if key == old else key): value for key, value in part.items()}
     return data
 
 

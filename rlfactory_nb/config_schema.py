@@ -86,11 +86,28 @@ def folder_name(value: str) -> str | None:
     return f"must be one folder name (no path separator, not '.' or '..'), got {value!r}"
 
 
+def import_spec(value: str | None) -> str | None:
+    """A Python object named by `package.module:name` or `path/to/file.py:name`: checked for its
+    shape here, resolved before a run does any work (`rlfactory_nb.runtime.check_names`, which finds
+    every field annotated `ImportSpec`).
+
+    >>> import_spec("my_rewards.py:score") is None, import_spec("score")
+    (True, "must look like 'package.module:name' or 'path/to/file.py:name', got 'score'")
+    """
+    if value is None:
+        return None
+    where, colon, name = value.rpartition(":")  # rpartition: a Windows path has a colon of its own
+    if colon and where.strip() and name.strip():
+        return None
+    return f"must look like 'package.module:name' or 'path/to/file.py:name', got {value!r}"
+
+
 PositiveInt = Annotated[int, Range(ge=1)]
 NonNegativeInt = Annotated[int, Range(ge=0)]
 PositiveFloat = Annotated[float, Range(gt=0)]
 NonNegativeFloat = Annotated[float, Range(ge=0)]
 NonEmptyStr = Annotated[str, not_empty]
+ImportSpec = Annotated[str, import_spec]
 
 
 def load_yaml(text: str, source: str = "") -> Any:

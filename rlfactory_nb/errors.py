@@ -1,26 +1,32 @@
 """Every error rlfactory-nb raises to a user, in one tree: `except rf.RLFactoryError` catches them all.
 
     RLFactoryError
-    ├── ConfigError (ValueError)
+    ├── ConfigError (ValueError): ChatFormatError, RegistryKeyError (KeyError),
+    │                             MissingExtraError (ImportError)
+    ├── ArgumentTypeError (TypeError)
     ├── DataError: DatasetError (ValueError), ObjectTransferError (TypeError),
     │              UntrustedRunObjects (PermissionError)
-    ├── ModelError: ModelFilesError (FileNotFoundError), RemoteCodeError (ValueError),
+    ├── ModelError: ModelFilesError (FileNotFoundError), RemoteCodeError, UnsupportedModelError (ValueError),
     │               CheckpointError (RuntimeError)
     ├── EngineError: EngineUnavailableError (ImportError), EngineActorDied, InsufficientResources,
-    │                ChatError (RuntimeError)
+    │                ChatError, EngineStateError (RuntimeError), EngineRequestError (ValueError),
+    │                EngineTimeout (TimeoutError)
     ├── ToolError: ServerStartError, ServerUnavailable, HandshakeError (RuntimeError),
-    │              InvalidArguments (ValueError)
+    │              InvalidArguments, QueryError (ValueError)
     ├── RolloutError: TemplateError, TemplateBoundError (ValueError), DriftError (RuntimeError)
-    ├── ScoringError: RewardError, JudgeError (RuntimeError), InvalidRewardValue, JudgeParseError,
-    │                 RewardModelError (ValueError), RewardLoadError (ImportError)
+    ├── ScoringError: RewardError, RewardWorkerError, LabNotSampled (RuntimeError),
+    │                 JudgeError (RuntimeError): JudgeParseError (also ValueError),
+    │                 InvalidRewardValue, SampleError, RewardModelError (ValueError),
+    │                 RewardLoadError (ImportError), RewardTimeout (TimeoutError)
     ├── TrainingError (RuntimeError): StepFailed, StaleSamples
-    ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError
-    └── StorageError (OSError): RunExistsError (FileExistsError)
+    ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError, JobTimeout (TimeoutError)
+    └── StorageError (OSError): PathNotFoundError (FileNotFoundError),
+                                FolderExistsError (FileExistsError): RunFolderExistsError, RunExistsError
 
 One base per family (what failed), and each error keeps the built-in it had before (what kind of
 failure), so an `except ValueError` written against an earlier version catches what it caught. A
 family base subclasses a built-in only where every member shares it; in the mixed families a shared
-built-in would make, say, `except RuntimeError` start catching a JudgeParseError.
+built-in would make, say, `except RuntimeError` start catching a SampleError.
 
 The modules that raise these import them from here (and their old names still work: `from
 rlfactory_nb.rewards.judge import JudgeError`). Standard library only, so any module, a tool server
@@ -40,10 +46,29 @@ class RLFactoryError(Exception):
 class ConfigError(RLFactoryError, ValueError):
     """A config (file, overrides or papermill parameters) has problems, each naming its key and the fix."""
 
-    def __init__(self, problems: list[str], source: str = ""):
+    def __init__(self, problems: list[str] | str, source: str = ""):
+        if isinstance(problems, str):  # one wrong setting or argument, said in one sentence
+            self.problems = [problems]
+            super().__init__(problems)
+            return
         self.problems = problems
         where = f" in {source}" if source else ""
         super().__init__(f"invalid config{where}:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class RegistryKeyError(ConfigError, KeyError):
+    """A name no registry holds (a loss, a backend, a reward of a lab); the message lists the known ones."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # KeyError's own would quote the message
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """A setting needs a package that is not installed (e.g. wandb_project); the message says what to install."""
+
+
+class ArgumentTypeError(RLFactoryError, TypeError):
+    """A function was given an argument of the wrong kind; the message says what it takes."""
 
 
 class ChatFormatError(ConfigError):
@@ -77,6 +102,10 @@ class ModelFilesError(ModelError, FileNotFoundError):
     """A model's files are missing or partial on this node; the message names the file and the node."""
 
 
+class UnsupportedModelError(ModelError, ValueError):
+    """A model or adapter folder that lacks what rlfactory-nb needs of it; the message says what."""
+
+
 class RemoteCodeError(ModelError, ValueError):
     """A model folder needs Python code of its own to load, and `model.trust_remote_code` is off."""
 
@@ -99,6 +128,18 @@ class EngineActorDied(EngineError, RuntimeError):
 
 class InsufficientResources(EngineError, RuntimeError):
     """The cluster has not the CPUs or GPUs an engine asks for (or none is free); the message names both."""
+
+
+class EngineStateError(EngineError, RuntimeError):
+    """An engine that cannot serve now: closed, failed to start, or its backend ended a request early."""
+
+
+class EngineRequestError(EngineError, ValueError):
+    """A request an engine cannot serve (token ids outside the vocabulary, too long for the model)."""
+
+
+class EngineTimeout(EngineError, TimeoutError):
+    """An engine did not become ready in its time limit; the message names it and the limit."""
 
 
 class ChatError(EngineError, RuntimeError):
@@ -174,8 +215,25 @@ class JudgeError(ScoringError, RuntimeError):
     """The judge endpoint gave no usable reply (down, slow, refusing, too large, or not valid JSON)."""
 
 
-class JudgeParseError(ScoringError, ValueError):
-    """The judge model replied, but the reply holds no score the parser can read."""
+class JudgeParseError(JudgeError, ValueError):
+    """The judge model replied, but the reply holds no score the parser can read (a JudgeError, so
+    `except rf.JudgeError` catches every judge failure)."""
+
+
+class SampleError(ScoringError, ValueError):
+    """A sample a reward cannot score as given (no ground truth, a ground truth of the wrong shape)."""
+
+
+class RewardWorkerError(ScoringError, RuntimeError):
+    """A reward run in a worker process failed there, or the worker process ended."""
+
+
+class RewardTimeout(ScoringError, TimeoutError):
+    """A reward in a worker process gave no result within its time limit (the worker was stopped)."""
+
+
+class LabNotSampled(ScoringError, RuntimeError):
+    """A RewardLab asked for scores before `await lab.sample(...)` drew any rollouts."""
 
 
 class RewardModelError(ScoringError, ValueError):
@@ -210,6 +268,10 @@ class ModelMismatch(ClusterError):
     """The driver's node resolves the run's model to other files than the kernel did; the message says why."""
 
 
+class JobTimeout(ClusterError, TimeoutError):
+    """A job did not reach the awaited state (or hand over its weights) within the time limit."""
+
+
 class ShippingError(ClusterError):
     """Something the job needs cannot be shipped to the cluster; the message names it."""
 
@@ -219,5 +281,18 @@ class StorageError(RLFactoryError, OSError):
     the message names the location and what failed."""
 
 
-class RunExistsError(StorageError, FileExistsError):
-    """A run folder already holds a run that this call would start over: resume it, or replace it."""
+class PathNotFoundError(StorageError, FileNotFoundError):
+    """A file or folder the call needs is not there (a run's checkpoint, an example, a job's folder)."""
+
+
+class FolderExistsError(StorageError, FileExistsError):
+    """A folder that would be written already exists; the message says how to keep or replace it."""
+
+
+class RunFolderExistsError(FolderExistsError):
+    """The run's folder already holds a run: resume it, replace it, or choose another name."""
+
+
+class RunExistsError(FolderExistsError):
+    """A run folder on storage already holds a run that this call would start over: resume it, or
+    replace it (`replace=True`)."""

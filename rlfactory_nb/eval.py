@@ -3,7 +3,7 @@
 One rollout per prompt at the run's temperature ("sampled") and one greedy (temperature 0), both
 scored by the run's reward function, with the same tools, parser and limits as training. Both are
 reported because they disagree on small models: right after a warm-start the greedy choice can be
-to never call the tool while a sampled rollout often does (see NOTES.md). The result is a plain
+to never call the tool while a sampled rollout often does. The result is a plain
 record (`EvalReport`) with a per-sample table; `.view()` draws it and `.compare(base)` sets two
 reports side by side. `rlfactory-nb eval CONFIG --model PATH` is the same from a shell.
 """

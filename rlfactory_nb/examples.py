@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.config import RunConfig, config_paths
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.errors import ConfigError, PathNotFoundError
 from rlfactory_nb.runtime import Runtime, build_tools
 from rlfactory_nb.tools.toolset import ToolSet
 
@@ -67,7 +68,7 @@ class Example:
     def dataset(self, split: str = "train", n: int | None = None) -> list[Row]:
         """Rows of the config's `data.train` ("train") or `data.eval` ("eval"), at most `n`."""
         if split not in ("train", "eval"):
-            raise ValueError(f'split must be "train" or "eval", got {split!r}')
+            raise ConfigError(f'split must be "train" or "eval", got {split!r}')
         cfg = self.config()
         return load_rows(getattr(cfg.data, split), n)
 
@@ -76,7 +77,7 @@ class Example:
         config's `tools.*` keys: `build_tools`), `settings` over both; not started: `await tools.start()`."""
         tools = build_tools(self.config(), **settings)
         if tools is None:
-            raise ValueError(f"example {self.name!r} has no tools (tools.config is null in its config)")
+            raise ConfigError(f"example {self.name!r} has no tools (tools.config is null in its config)")
         return tools
 
 
@@ -100,7 +101,7 @@ def find_project(relative: str, project_dir: str | os.PathLike[str] | None = Non
     (root,) = project_roots(project_dir)
     if (root / relative).exists():
         return root
-    raise FileNotFoundError(
+    raise PathNotFoundError(
         f"no {relative} in the project folder {root}; pass project_dir= (the folder holding examples/ "
         "and notebooks/) or set RLFACTORY_NB_EXAMPLES to it"
     )
@@ -114,4 +115,4 @@ def example(name: str = "calculator", project_dir: str | os.PathLike[str] | None
     except FileNotFoundError as error:
         (root,) = project_roots(project_dir)
         found = sorted(p.parent.name for p in (root / "examples").glob(f"*/{CONFIG_FILE}"))
-        raise FileNotFoundError(f"no example {name!r}: {error}; available: {', '.join(found) or 'none'}") from None
+        raise PathNotFoundError(f"no example {name!r}: {error}; available: {', '.join(found) or 'none'}") from None

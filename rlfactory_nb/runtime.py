@@ -20,27 +20,34 @@ behind each process's LRU, which then records the tools file's `cache_path` in t
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import typing
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb._views import view_of
+from rlfactory_nb.algo.registry import loss_names, loss_reduction
+from rlfactory_nb.chat import chat_format_names, parser_names
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config_schema import import_spec
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.engines.base import Engine
+from rlfactory_nb.engines.base import Engine, engine_kinds
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.lab import RewardLab
+from rlfactory_nb.rewards.loading import load_reward
 from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.config import ToolSetSettings, ToolsFile, load_tools_config
 from rlfactory_nb.tools.extra import ExtraTools, extra_tools
+from rlfactory_nb.tools.python import load_function
 from rlfactory_nb.tools.toolset import ToolSet
 from rlfactory_nb.types import Message
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from rlfactory_nb.models.policy import Policy
     from rlfactory_nb.rewards.lab import RewardFunctions
     from rlfactory_nb.rollout.tokens import DriftMode
@@ -80,6 +87,91 @@ def build_tools(
     """
     spec = run_tools(cfg, extra, **settings)
     return None if spec is None else ToolSet.from_config(spec, shared_cache=shared_cache)
+
+
+def check_names(cfg: RunConfig, objects: RunObjects | None = None) -> None:
+    """Resolve everything `cfg` names before any work (no model loaded, no Ray): the registry names
+    (loss, parser, chat format, engine kinds), each with its closest known name, then every
+    `module:name` key (`config_schema.ImportSpec`: the reward function, ...), the tools file and its
+    function tools, and the datasets, unless `objects` from the kernel replace them. `launch` and
+    `train` call it first, so a typo costs a second, not a model load and a step."""
+    objects = objects or RunObjects()
+    problems = [f"{key}: {problem}" for key, name, known in _registry_names(cfg) if (problem := _unknown(name, known))]
+    for key, spec in _import_specs(cfg):
+        if key != "reward.function":
+            try:
+                _load_object(spec)
+            except (ImportError, ValueError) as error:
+                problems.append(f"{key}: {error}")
+    if problems:
+        raise ConfigError(problems, "the names it gives")
+    if objects.reward is None:
+        load_reward(cfg.reward.function, cfg.reward.args)  # a RewardLoadError names the spec and the fix
+    if cfg.tools.config is not None:
+        for function in load_tools_config(cfg.tools.config).functions:
+            if isinstance(function.target, str):
+                load_function(function.target)
+    if objects.agent is None and cfg.rollout.program is not None:
+        load_reward(cfg.rollout.program)  # the agent program `module:function` (rf.AgentProgram)
+    if objects.train_data is None:
+        load_rows(cfg.data.train, 1)
+    if cfg.grpo.eval_every and objects.eval_data is None:
+        load_rows(cfg.data.eval, 1)
+
+
+def _registry_names(cfg: RunConfig) -> list[tuple[str, str, Callable[[], Sequence[str]]]]:
+    """(key, name, the names its registry knows) for each registry lookup the run will make."""
+    names: list[tuple[str, str, Callable[[], Sequence[str]]]] = [
+        ("grpo.loss", cfg.grpo.loss, loss_names),
+        ("model.engine", cfg.model.engine, engine_kinds),
+    ]
+    if cfg.rollout.chat_format != "auto":
+        names.append(("rollout.chat_format", cfg.rollout.chat_format, chat_format_names))
+    if cfg.rollout.parser is not None:
+        names.append(("rollout.parser", cfg.rollout.parser, parser_names))
+    if cfg.reward.judge is not None:
+        names.append(("reward.judge.engine", cfg.reward.judge.engine, engine_kinds))
+    return names
+
+
+def _unknown(name: str, known: Callable[[], Sequence[str]]) -> str | None:
+    """Why `name` names nothing (with the closest known name), or None; a `module:function` loss is
+    imported, which registers it."""
+    if known is loss_names and ":" in name:
+        try:
+            loss_reduction(name)
+        except KeyError as error:
+            return str(error.args[0])
+        return None
+    if name in known():
+        return None
+    close = difflib.get_close_matches(name, known(), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown name {name!r}{hint}; known: {', '.join(known())}"
+
+
+def _import_specs(cfg: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """(dotted key, value) of every set field annotated `ImportSpec`, in nested sections too."""
+    found = []
+    hints = typing.get_type_hints(type(cfg), include_extras=True)
+    for field in dataclasses.fields(cfg):
+        value, key = getattr(cfg, field.name), f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value):
+            found.extend(_import_specs(value, f"{key}."))
+        elif isinstance(value, str) and _is_import_spec(hints[field.name]):
+            found.append((key, value))
+    return found
+
+
+def _is_import_spec(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is typing.Annotated:
+        return import_spec in typing.get_args(annotation)[1:]
+    return any(_is_import_spec(arg) for arg in typing.get_args(annotation))  # ImportSpec | None
+
+
+def _load_object(spec: str) -> Any:
+    """What `spec` names: a `file.py:name` runs the file as a reward file does, else an import."""
+    return load_reward(spec) if spec.rpartition(":")[0].endswith(".py") else load_function(spec)
 
 
 class Runtime:
@@ -140,7 +232,7 @@ class Runtime:
         it): the training reward or logged beside it, as `reward.judge.use` says; returns the runner."""
         judge = self.cfg.reward.judge
         if judge is None:
-            raise ValueError("this run declares no judge (reward.judge)")
+            raise ConfigError("this run declares no judge (reward.judge)")
         self._reward = self.reward.with_function("judge", LLMJudge.from_config(judge, engine), first=judge.use == "reward")
         return self._reward
 
@@ -162,7 +254,7 @@ class Runtime:
         """The run's Agent at `temperature` (None: the config's; 0: greedy); `drift` replaces
         `rollout.drift_check`. A run with an agent program gets the program bound to the run."""
         if self.policy is None and self.engine is None:
-            raise ValueError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
+            raise ConfigError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
         if self.program is not None:
             return self.program.bind(self.policy, self.tools, self.cfg, engine=self.engine, temperature=temperature, drift=drift)
         return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift)

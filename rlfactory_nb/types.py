@@ -24,6 +24,7 @@ from typing import Any, Literal, NotRequired
 from typing_extensions import TypedDict  # pydantic validates only this TypedDict on Python < 3.12
 
 from rlfactory_nb._views import view_of
+from rlfactory_nb.errors import DatasetError
 
 ToolStatus = Literal["ok", "error", "timeout", "invalid_args", "unknown_tool"]
 FinishReason = Literal["stop", "max_turns", "length", "error"]
@@ -208,13 +209,13 @@ def parse_trajectories(lines: Iterable[tuple[int, bytes | str | None]], where: s
     trajectories = []
     for number, line in lines:
         if line is None:
-            raise ValueError(f"{where}, line {number}: too long to be read")
+            raise DatasetError(f"{where}, line {number}: too long to be read")
         if not line.strip():
             continue
         try:
             trajectories.append(_trajectory_schema().validate_json(line, strict=True))
         except ValidationError as error:
-            raise ValueError(f"{where}, line {number}: not a trajectory: {_describe(error)}") from None
+            raise DatasetError(f"{where}, line {number}: not a trajectory: {_describe(error)}") from None
     return trajectories
 
 

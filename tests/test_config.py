@@ -40,11 +40,11 @@ def test_typo_names_the_key_path_and_the_closest_valid_key():
 
 def test_wrong_type_and_bad_choice_and_missing_field_are_all_reported_at_once():
     with pytest.raises(ConfigError) as raised:
-        RunConfig.from_dict({"grpo": {"steps": "many", "loss": "grpo", "is_mode": "truncated"}})
+        RunConfig.from_dict({"grpo": {"steps": "many", "loss": "grpo", "importance_cap_mode": "truncated"}})
     problems = raised.value.problems
     assert any(p.startswith("grpo.steps: expected int") for p in problems)
     assert any(
-        p.startswith("grpo.is_mode: 'truncated' is not one of") and "did you mean 'truncate'" in p for p in problems
+        p.startswith("grpo.importance_cap_mode: 'truncated' is not one of") and "did you mean 'truncate'" in p for p in problems
     )
     assert "name: required field is missing" in problems
     assert len(problems) == 3

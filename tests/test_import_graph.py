@@ -177,7 +177,7 @@ def test_no_layer_imports_a_higher_one():
 
 
 def test_ray_is_imported_only_in_cluster():
-    """DESIGN.md: Ray lives at the edge, in cluster/; everything else runs in one plain process."""
+    """The design: Ray lives at the edge, in cluster/; everything else runs in one plain process."""
     outside = []
     for module, path in modules().items():
         if module.startswith("rlfactory_nb.cluster"):

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from rlfactory_nb.algo.registry import LossArgs, Metrics, register_loss
+from rlfactory_nb.errors import ConfigError
 
 DEFAULT_ARGS = LossArgs()
 GSPO_ARGS = LossArgs(clip_low=3e-4, clip_high=4e-4)
@@ -97,7 +98,7 @@ def importance_ratio(
     if level == "sequence":
         log_ratio = log_ratio.sum(dim=-1, keepdim=True).expand_as(log_ratio)
     elif level != "token":
-        raise ValueError(f"importance-sampling level must be 'token' or 'sequence', got {level!r}")
+        raise ConfigError(f"importance-sampling level must be 'token' or 'sequence', got {level!r}")
     ratio = torch.exp(log_ratio)
     ratio = torch.where(mask.bool(), ratio, torch.ones_like(ratio))
     if truncate_ratio is None:
@@ -106,7 +107,7 @@ def importance_ratio(
         return ratio.clamp(max=truncate_ratio)
     if mode == "mask":
         return torch.where(ratio > truncate_ratio, torch.zeros_like(ratio), ratio)
-    raise ValueError(f"importance-sampling mode must be 'truncate' or 'mask', got {mode!r}")
+    raise ConfigError(f"importance-sampling mode must be 'truncate' or 'mask', got {mode!r}")
 
 
 def kl_penalty(
@@ -125,7 +126,7 @@ def kl_penalty(
     elif estimator == "k3":
         per_token = torch.exp(log_ratio) - log_ratio - 1
     else:
-        raise ValueError(f"unknown KL estimator {estimator!r}; use 'k1' or 'k3'")
+        raise ConfigError(f"unknown KL estimator {estimator!r}; use 'k1' or 'k3'")
     return torch.where(mask.bool(), per_token, torch.zeros_like(per_token))
 
 
@@ -195,10 +196,10 @@ def _weighted(
     if rollout_logprobs is None:
         return per_token, {}
     weight = importance_ratio(
-        old_logprobs, rollout_logprobs, mask, args.truncate_ratio, args.is_level, args.is_mode
+        old_logprobs, rollout_logprobs, mask, args.truncate_ratio, args.importance_level, args.importance_cap_mode
     )  # (B, T)
     capped = args.truncate_ratio is not None
-    raw = importance_ratio(old_logprobs, rollout_logprobs, mask, None, args.is_level)
+    raw = importance_ratio(old_logprobs, rollout_logprobs, mask, None, args.importance_level)
     metrics = {
         "tis_weight_mean": masked_mean(weight, mask).item(),
         "tis_truncated_fraction": masked_mean((raw > args.truncate_ratio).float(), mask).item()
@@ -254,7 +255,7 @@ def dr_grpo_loss(
     per_token, metrics = _per_token_terms(logprobs, old_logprobs, advantages, mask, args, rollout_logprobs)
     budget = args.token_budget if args.token_budget is not None else mask.shape[-1]
     if budget <= 0:
-        raise ValueError(f"LossArgs.token_budget must be a positive number of tokens, got {budget}")
+        raise ConfigError(f"LossArgs.token_budget must be a positive number of tokens, got {budget}")
     has_tokens = mask.bool().any(dim=-1)  # (B,): like grpo, a sequence with nothing sampled is no sample
     loss = masked_mean(masked_sum(per_token, mask, dim=-1) / budget, has_tokens)
     return loss, {"loss": loss.item(), **metrics}

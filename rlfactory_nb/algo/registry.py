@@ -15,6 +15,9 @@ from typing import Any, Literal, Protocol
 
 from torch import Tensor
 
+from rlfactory_nb.config import DEFAULTS
+from rlfactory_nb.errors import ConfigError, RegistryKeyError
+
 Metrics = dict[str, float]
 
 
@@ -22,17 +25,17 @@ Metrics = dict[str, float]
 class LossArgs:
     """The knobs of a policy loss. `LossArgs.from_config(cfg.grpo)` reads them from a run config."""
 
-    clip_low: float = 0.2
+    clip_low: float = DEFAULTS.grpo.clip_low
     """PPO clip range below 1: ratios under 1 - clip_low stop pushing negative-advantage tokens down"""
-    clip_high: float = 0.28
+    clip_high: float = DEFAULTS.grpo.clip_high
     """PPO clip range above 1: ratios over 1 + clip_high stop pushing positive-advantage tokens up"""
-    token_budget: int | None = None
+    token_budget: int | None = DEFAULTS.grpo.token_budget
     """dr_grpo's constant divisor (the generation budget in tokens); None: the batch's padded length"""
-    truncate_ratio: float | None = None
+    truncate_ratio: float | None = DEFAULTS.grpo.truncate_ratio
     """TIS cap on the old/rollout importance weight when rollout logprobs are given (None: no cap)"""
-    is_level: Literal["token", "sequence"] = "token"
+    importance_level: Literal["token", "sequence"] = DEFAULTS.grpo.importance_level
     """that importance weight per token, or one per sequence (see `importance_ratio`)"""
-    is_mode: Literal["truncate", "mask"] = "truncate"
+    importance_cap_mode: Literal["truncate", "mask"] = DEFAULTS.grpo.importance_cap_mode
     """weights over the cap are capped ("truncate") or zeroed ("mask")"""
 
     @classmethod
@@ -77,11 +80,11 @@ def register_loss(name: str, reduction: Reduction = "sequence") -> Callable[[Pol
     importable on the workers, where the registration runs again on import).
     """
     if reduction not in ("sequence", "token"):
-        raise ValueError(f"register_loss reduction must be 'sequence' or 'token', got {reduction!r}")
+        raise ConfigError(f"register_loss reduction must be 'sequence' or 'token', got {reduction!r}")
 
     def register(fn: PolicyLoss) -> PolicyLoss:
         if name in _LOSSES and _LOSSES[name].function is not fn:
-            raise ValueError(f"a policy loss named {name!r} is already registered; choose another name")
+            raise ConfigError(f"a policy loss named {name!r} is already registered; choose another name")
         _LOSSES[name] = RegisteredLoss(fn, reduction)
         return fn
 
@@ -105,7 +108,7 @@ def _registered(name: str) -> RegisteredLoss:
     if name not in _LOSSES:
         close = difflib.get_close_matches(name, _LOSSES, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise KeyError(
+        raise RegistryKeyError(
             f"unknown policy loss {name!r}; known losses: {', '.join(sorted(_LOSSES))}, or "
             f"'module:function' for one registered in your own module.{hint}"
         )
@@ -118,11 +121,11 @@ def _imported(spec: str) -> RegisteredLoss:
     try:
         function = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
-        raise KeyError(f"policy loss {spec!r}: cannot import it ({error})") from error
+        raise RegistryKeyError(f"policy loss {spec!r}: cannot import it ({error})") from error
     for registered in _LOSSES.values():
         if registered.function is function:
             return registered
-    raise KeyError(
+    raise RegistryKeyError(
         f"policy loss {spec!r} is not registered: decorate it with "
         "@register_loss(name, reduction='sequence' or 'token') so its reduction is known"
     )

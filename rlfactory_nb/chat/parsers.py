@@ -37,10 +37,6 @@ class ParseResult:
     calls_in_reasoning: int = 0
     """call blocks written inside reasoning: drafts, never run, counted so a drafting policy shows"""
 
-    @property
-    def has_calls(self) -> bool:
-        return bool(self.calls)
-
 
 class ToolCallParser(Protocol):
     """What the agent loop needs from a parser."""

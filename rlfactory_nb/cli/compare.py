@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rlfactory_nb.compare import compare_policies_sync
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.errors import PathNotFoundError
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, list_checkpoints
 from rlfactory_nb.train.run_folder import COMPARE, TRAJECTORIES, RunFolder
 from rlfactory_nb.types import Trajectory
@@ -45,10 +46,10 @@ def policy_at(run: Path, step: int) -> str:
         if base is None and checkpoints:
             base = RunConfig.from_yaml(next(iter(checkpoints.values())) / RUN_CONFIG).model.name
         if base is None:
-            raise FileNotFoundError(f"{run} names no base model (no job.json, no checkpoint): is it a run folder?")
+            raise PathNotFoundError(f"{run} names no base model (no job.json, no checkpoint): is it a run folder?")
         return str(base)
     if step not in checkpoints:
-        raise FileNotFoundError(f"{run} has no checkpoint of step {step}; it has steps {sorted(checkpoints) or 'none'}")
+        raise PathNotFoundError(f"{run} has no checkpoint of step {step}; it has steps {sorted(checkpoints) or 'none'}")
     return str(checkpoints[step])
 
 
@@ -56,5 +57,5 @@ def saved_trajectories(run: Path, step: int) -> list[Trajectory]:
     """The trajectories saved at `step`, or at the nearest saved step before it."""
     usable = [saved for saved in RunFolder(run).trajectory_steps() if saved <= step]
     if not usable:
-        raise FileNotFoundError(f"{run}/{TRAJECTORIES} holds no saved step at or before {step}")
+        raise PathNotFoundError(f"{run}/{TRAJECTORIES} holds no saved step at or before {step}")
     return RunFolder(run).load_trajectories(usable[-1])

@@ -8,7 +8,7 @@ With a real model the kernel usually runs where there is no GPU (a login node, a
     kernel: tokenizer, chat template, parser, ToolSet, rewards  --- token ids --->  engine actor
                                                                 <--- Generation ---
 
-Only token ids travel (tokens in, tokens out: DESIGN.md), never text; tool calls run where the
+Only token ids travel (tokens in, tokens out: rollout/tokens.py), never text; tool calls run where the
 ToolSet runs, the kernel by default.
 
 Lifetime: the actor is named `rlfactory-nb-engine:<label>-<id>` in the package's namespace, so a
@@ -38,7 +38,7 @@ from rlfactory_nb.cluster.names import NAMESPACE
 from rlfactory_nb.engines.base import Generation, SamplingParams, engine_traits, stop_token_ids_from_tokenizer
 from rlfactory_nb.engines.build import Snapshot
 from rlfactory_nb.engines.versioned import next_version
-from rlfactory_nb.errors import EngineActorDied, InsufficientResources
+from rlfactory_nb.errors import EngineActorDied, EngineStateError, EngineTimeout, InsufficientResources
 from rlfactory_nb.models.policy import Policy, ResolvedSource, engine_source
 from rlfactory_nb.train.failures import describe_failure
 
@@ -185,10 +185,10 @@ def start_engine(
             ray.get(actor.update_weights.remote(weights, version), timeout=ready_timeout_s)
     except ray.exceptions.GetTimeoutError as error:
         engine._finalizer()
-        raise TimeoutError(f"engine actor {name} did not load its model within {ready_timeout_s:g} s; killed") from error
+        raise EngineTimeout(f"engine actor {name} did not load its model within {ready_timeout_s:g} s; killed") from error
     except ray.exceptions.RayError as error:
         engine._finalizer()
-        raise RuntimeError(f"engine actor {name} failed to start: {describe_failure(error, engine._roles())}") from error
+        raise EngineStateError(f"engine actor {name} failed to start: {describe_failure(error, engine._roles())}") from error
     return engine
 
 

@@ -28,7 +28,14 @@ from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig, load_yaml
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row
-from rlfactory_nb.errors import JobExistsError, JobFailed
+from rlfactory_nb.errors import (
+    ClusterError,
+    JobExistsError,
+    JobFailed,
+    JobTimeout,
+    PathNotFoundError,
+    RunFolderExistsError,
+)
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, parse_step
 from rlfactory_nb.models.files import local_model_digest, model_folder
 from rlfactory_nb.rewards.values import RewardFunction
@@ -78,17 +85,17 @@ def launch(
     working_dir: the project folder shipped with the job (default: the working directory);
     ship_files: also ship files the config names outside it (see cluster/shipping.py).
     """
-    import ray
-
     objects = RunObjects.of(reward, tools, train_data, eval_data, agent)  # agent: an rf.AgentProgram
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
-    check_named(cfg, objects)
+    check_named(cfg, objects)  # before Ray is imported: a typo fails in a second
+    import ray
+
     cfg = absolute_paths(cfg)
     folder = RunFolder(cfg.run_dir)
     if folder.remote:
         folder.store.probe()  # unreachable, read-only or no credentials: said here, not at step 1's checkpoint
     expected = local_model_digest(cfg.model.name)  # what the kernel inspects; the driver must train it
-    cluster = cluster or Cluster.connect(cfg.cluster.address)
+    cluster = cluster or Cluster.connect(cfg.cluster.address, object_store_memory_gb=cfg.cluster.object_store_memory_gb)
     env, driver_cfg, staged = runtime_env(cfg, working_dir or Path.cwd(), ship_files)
     _retire_previous(cfg.name, folder)
     _prepare_folder(folder, resume, replace)
@@ -164,7 +171,7 @@ def _prepare_folder(folder: RunFolder, resume: bool, replace: bool) -> None:
     if replace and folder.exists():
         folder.store.remove("")
     if not resume and (folder.metrics() or folder.checkpoints()):
-        raise FileExistsError(
+        raise RunFolderExistsError(
             f"{folder.path} already holds a run: launch(..., resume=True) to continue it, replace=True to start "
             "over, or choose another name"
         )
@@ -205,7 +212,7 @@ class TrainingJob:
             except ValueError:
                 actor = None
         if actor is None and not RunFolder(run_dir).exists():
-            raise FileNotFoundError(
+            raise PathNotFoundError(
                 f"no job named {name!r}: no driver on the cluster and no run folder {run_dir} "
                 "(pass output_dir= if the run was written elsewhere)"
             )
@@ -298,9 +305,9 @@ class TrainingJob:
                     raise JobFailed(f"job {self.name!r} failed:\n{info.get('error')}")
                 return str(state)
             if self._actor is None and state not in ("pending", "starting", "running", "stopping"):
-                raise RuntimeError(f"job {self.name!r} has no driver and its last state is {state!r}")
+                raise ClusterError(f"job {self.name!r} has no driver and its last state is {state!r}")
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.name!r} still {state} after {timeout_s:g} s")
+                raise JobTimeout(f"job {self.name!r} still {state} after {timeout_s:g} s")
             time.sleep(poll_s)
 
     # ------------------------------------------------------------------ the live policy
@@ -330,7 +337,7 @@ class TrainingJob:
             )
         checkpoints = self.checkpoints
         if not checkpoints:
-            raise RuntimeError(
+            raise ClusterError(
                 f"job {self.name!r} is {self.status} and left no checkpoint: there are no weights to serve "
                 "(grpo.checkpoint_every and the final step write checkpoints)"
             )
@@ -369,7 +376,7 @@ class TrainingJob:
         checkpoints = self.checkpoints
         text = Storage.at(checkpoints[-1]).read_text(RUN_CONFIG) if checkpoints else None
         if text is None:
-            raise FileNotFoundError(
+            raise PathNotFoundError(
                 f"job {self.name!r}: no live driver and no checkpoint with {RUN_CONFIG} to read its config from"
             )
         return RunConfig.from_dict(load_yaml(text, f"{checkpoints[-1]}/{RUN_CONFIG}") or {})
@@ -385,7 +392,7 @@ class TrainingJob:
             self._actor = None
             return None
         except GetTimeoutError as error:
-            raise TimeoutError(
+            raise JobTimeout(
                 f"job {self.name!r}: its driver did not hand over the weights within {SNAPSHOT_TIMEOUT_S:g} s "
                 f"(state {self.status}; job.logs() says what it is doing)"
             ) from error
@@ -394,7 +401,7 @@ class TrainingJob:
         import ray
 
         if not ray.is_initialized():
-            raise RuntimeError(
+            raise ClusterError(
                 f"{what} runs an engine on a cluster, and this kernel is connected to none: "
                 f"TrainingJob.attach({self.name!r}, rf.Cluster.connect(...))"
             )

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from rlfactory_nb.config import ClusterConfig
-from rlfactory_nb.errors import InsufficientResources
+from rlfactory_nb.errors import ConfigError, InsufficientResources
 
 PLACEMENT_TIMEOUT_S = 120.0
 """how long `reserve` waits for a group the cluster has room for but is using (a group on an idle
@@ -63,7 +63,7 @@ def plan_groups(cluster: ClusterConfig) -> list[GroupPlan]:
     cluster = cluster.layout()
     if colocated_on_gpus(cluster):
         if cluster.num_workers != cluster.num_engines or cluster.gpus_per_worker > 0.5:
-            raise ValueError(
+            raise ConfigError(
                 "cluster.colocate on GPUs pairs each policy worker with an engine on one GPU: set "
                 f"cluster.num_workers ({cluster.num_workers}) equal to cluster.num_engines "
                 f"({cluster.num_engines}) and cluster.gpus_per_worker <= 0.5 (or just cluster.num_gpus)"

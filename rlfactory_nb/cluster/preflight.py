@@ -13,29 +13,14 @@ from pathlib import Path
 
 from rlfactory_nb.config import RunConfig, config_paths
 from rlfactory_nb.data.objects import RunObjects
-from rlfactory_nb.data.rows import load_rows
 from rlfactory_nb.models import presets
 from rlfactory_nb.models.files import model_folder
-from rlfactory_nb.rewards.loading import load_reward
-from rlfactory_nb.tools.config import load_tools_config
-from rlfactory_nb.tools.python import load_function
+from rlfactory_nb.runtime import check_names
 
 
 def check_named(cfg: RunConfig, objects: RunObjects) -> None:
-    """Load what the config names (reward function, tools file, datasets) unless `objects` replace
-    it, and check that the workers can import the modules it names."""
-    if objects.reward is None:
-        load_reward(cfg.reward.function, cfg.reward.args)
-    if cfg.tools.config is not None:
-        for function in load_tools_config(cfg.tools.config).functions:
-            if isinstance(function.target, str):
-                load_function(function.target)
-    if objects.agent is None and cfg.rollout.program is not None:
-        load_reward(cfg.rollout.program)  # the agent program `module:function` (rf.AgentProgram)
-    if objects.train_data is None:
-        load_rows(cfg.data.train, 1)
-    if cfg.grpo.eval_every and objects.eval_data is None:
-        load_rows(cfg.data.eval, 1)
+    """Resolve what the config names (`rlfactory_nb.runtime.check_names`) unless `objects` replace it."""
+    check_names(cfg, objects)
 
 
 def absolute_paths(cfg: RunConfig) -> RunConfig:

@@ -27,6 +27,7 @@ from rlfactory_nb._views import view_of
 from rlfactory_nb.cluster.names import NAMESPACE
 from rlfactory_nb.cluster.placement import Placement
 from rlfactory_nb.cluster.quiet import quiet_ray_logs
+from rlfactory_nb.errors import PathNotFoundError
 
 log = logging.getLogger(__name__)
 JOB_PREFIX = "rlfactory-nb:"
@@ -273,7 +274,7 @@ def _set_token(token: str | None, token_path: str | Path | None) -> None:
     elif token_path is not None:
         path = Path(token_path).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"Cluster.connect(token_path={str(token_path)!r}): no such file")
+            raise PathNotFoundError(f"Cluster.connect(token_path={str(token_path)!r}): no such file")
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
         os.environ["RAY_AUTH_MODE"] = "token"
 

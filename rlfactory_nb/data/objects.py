@@ -53,7 +53,7 @@ import cloudpickle  # the pickler Ray uses (it vendors a copy), without importin
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.errors import ObjectTransferError, UntrustedRunObjects
+from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError, UntrustedRunObjects
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
 from rlfactory_nb.tools.extra import ExtraTools, extra_tools
@@ -93,7 +93,7 @@ class RunObjects:
             named = reward.items() if isinstance(reward, Mapping) else [("reward", reward)]
             for name, function in named:
                 if not callable(function):
-                    raise TypeError(f"reward {name!r} is a {type(function).__name__}: pass a function of an rf.Sample")
+                    raise ArgumentTypeError(f"reward {name!r} is a {type(function).__name__}: pass a function of an rf.Sample")
             reward = dict(reward) if isinstance(reward, Mapping) else reward
         return cls(
             reward=reward,

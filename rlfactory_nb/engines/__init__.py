@@ -1,10 +1,11 @@
 """Rollout engines: one contract (base.py), a transformers engine (hf.py) and a vLLM engine (vllm.py);
 what an engine is made from and the one place it is made (build.py); the policy version rule
-(versioned.py).
+(versioned.py); a scripted engine for tests of what sits above (testing.py: `ScriptedEngine`).
 
 Importing this package registers both kinds; vllm itself is imported only when a vLLM engine is made.
 """
 
+from rlfactory_nb.engines import testing
 from rlfactory_nb.engines.base import (
     BroadcastReceiver,
     Engine,
@@ -44,4 +45,5 @@ __all__ = [
     "engine_traits",
     "register_engine",
     "stop_token_ids_from_tokenizer",
+    "testing",
 ]

@@ -1,6 +1,6 @@
 """The rollout engine contract: token ids in, token ids and logprobs out (and, to score, logprobs of given ids).
 
-Every engine takes prompt token ids (never text: see "tokens in, tokens out" in DESIGN.md) and returns
+Every engine takes prompt token ids (never text: see "tokens in, tokens out" in rollout/tokens.py) and returns
 exactly the ids it sampled, the logprob of each, and why it stopped. The agent loop and the trainer
 only ever see this contract, so transformers ("hf") and vLLM ("vllm") engines are interchangeable.
 
@@ -36,8 +36,12 @@ import torch
 
 from rlfactory_nb.chat import eos_ids, resolve_chat_format
 from rlfactory_nb.errors import (
+    ArgumentTypeError,
     ChatFormatError,
+    ConfigError,
+    EngineRequestError,
     EngineUnavailableError,  # noqa: F401  (re-exported where callers import it)
+    RegistryKeyError,
 )
 
 EngineFinishReason = Literal["stop", "length"]
@@ -65,60 +69,60 @@ class SamplingParams:
         self.check()
 
     def check(self) -> None:
-        """Raise ValueError naming the first field out of range. Run at construction and again by
+        """Raise ConfigError (a ValueError) naming the first field out of range. Run at construction and again by
         engines (`check_request`): a copy unpickled in another process skipped __post_init__."""
         if not (_is_real(self.temperature) and 0 <= self.temperature < math.inf):
-            raise ValueError(
+            raise ConfigError(
                 f"SamplingParams.temperature must be a finite number >= 0 (0 = greedy), got {self.temperature!r}"
             )
         if not (_is_real(self.top_p) and 0 < self.top_p <= 1):
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+            raise ConfigError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         if not (_is_int(self.top_k) and (self.top_k == -1 or self.top_k >= 1)):
-            raise ValueError(f"SamplingParams.top_k must be -1 (off) or an integer >= 1, got {self.top_k!r}")
+            raise ConfigError(f"SamplingParams.top_k must be -1 (off) or an integer >= 1, got {self.top_k!r}")
         if not (_is_int(self.max_new_tokens) and self.max_new_tokens >= 1):
-            raise ValueError(f"SamplingParams.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+            raise ConfigError(f"SamplingParams.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED):
-            raise ValueError(f"SamplingParams.seed must be None or an integer from 0 to 2**63 - 1, got {self.seed!r}")
+            raise ConfigError(f"SamplingParams.seed must be None or an integer from 0 to 2**63 - 1, got {self.seed!r}")
 
 
 def check_request(prompt_ids: Sequence[int], sampling: SamplingParams, vocab_size: int) -> None:
-    """Raise ValueError naming the field if one request cannot be served: prompt ids outside
+    """Raise EngineRequestError (a ValueError) naming the field if one request cannot be served: prompt ids outside
     0..vocab_size-1 (the rows of the model's embedding) or sampling settings out of range.
 
     >>> check_request([1, 2], SamplingParams(), vocab_size=3)
     >>> check_request([1, 5], SamplingParams(), vocab_size=3)
     Traceback (most recent call last):
     ...
-    ValueError: prompt_ids[1] = 5 is not a token id of this model (0 to 2)
+    rlfactory_nb.errors.EngineRequestError: prompt_ids[1] = 5 is not a token id of this model (0 to 2)
     """
     if not prompt_ids:
-        raise ValueError("generate needs at least one prompt token")
+        raise EngineRequestError("generate needs at least one prompt token")
     check_token_ids(prompt_ids, vocab_size, "prompt_ids")
     if not isinstance(sampling, SamplingParams):
-        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+        raise ArgumentTypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
     sampling.check()
 
 
 def check_token_ids(token_ids: Sequence[int], vocab_size: int, name: str = "token_ids") -> None:
-    """Raise ValueError naming the first entry of `token_ids` that is not a row of the embedding."""
+    """Raise EngineRequestError (a ValueError) naming the first entry of `token_ids` that is not a row of the embedding."""
     for index, token in enumerate(token_ids):
         if not (_is_int(token) and 0 <= token < vocab_size):
-            raise ValueError(f"{name}[{index}] = {token!r:.40} is not a token id of this model (0 to {vocab_size - 1})")
+            raise EngineRequestError(f"{name}[{index}] = {token!r:.40} is not a token id of this model (0 to {vocab_size - 1})")
 
 
 def check_score_request(token_ids: Sequence[int], vocab_size: int, max_length: int | None) -> None:
-    """Raise ValueError if `score(token_ids)` cannot be served: fewer than two tokens (nothing to
+    """Raise EngineRequestError (a ValueError) if `score(token_ids)` cannot be served: fewer than two tokens (nothing to
     predict), ids outside the vocabulary, or more tokens than the model's context.
 
     >>> check_score_request([1, 2, 3], vocab_size=4, max_length=2)
     Traceback (most recent call last):
     ...
-    ValueError: 3 tokens exceed the model's context of 2 tokens
+    rlfactory_nb.errors.EngineRequestError: 3 tokens exceed the model's context of 2 tokens
     """
     if len(token_ids) < 2:
-        raise ValueError(f"score needs at least two tokens (the first is only context), got {len(token_ids)}")
+        raise EngineRequestError(f"score needs at least two tokens (the first is only context), got {len(token_ids)}")
     if max_length is not None and len(token_ids) > max_length:
-        raise ValueError(f"{len(token_ids)} tokens exceed the model's context of {max_length} tokens")
+        raise EngineRequestError(f"{len(token_ids)} tokens exceed the model's context of {max_length} tokens")
     check_token_ids(token_ids, vocab_size)
 
 
@@ -229,7 +233,7 @@ def stop_token_ids_from_tokenizer(tokenizer: Any, chat_format: Any = "auto") -> 
             raise
         unique = eos_ids(tokenizer)
     if not unique:
-        raise ValueError(
+        raise ConfigError(
             "the tokenizer has no eos_token_id and its chat format names no end-of-turn token in its "
             "vocabulary: pass stop_token_ids to the engine explicitly"
         )
@@ -262,7 +266,7 @@ def _registered(kind: str) -> tuple[EngineFactory, EngineTraits]:
     if kind not in _ENGINES:
         close = difflib.get_close_matches(kind, engine_kinds(), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown engine kind {kind!r}{hint}; choose one of {list(engine_kinds())}")
+        raise RegistryKeyError(f"unknown engine kind {kind!r}{hint}; choose one of {list(engine_kinds())}")
     return _ENGINES[kind]
 
 

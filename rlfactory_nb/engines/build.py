@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from rlfactory_nb.engines.base import Engine, create_engine, engine_traits
+from rlfactory_nb.errors import ArgumentTypeError
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def build_engine(
     loads = engine_traits(kind).loads  # an unknown kind fails here, naming the kinds there are
     if not isinstance(source, SOURCE_KINDS):
         names = ", ".join(cls.__name__ for cls in SOURCE_KINDS)
-        raise TypeError(f"build_engine takes an engine source ({names}), got {type(source).__name__}")
+        raise ArgumentTypeError(f"build_engine takes an engine source ({names}), got {type(source).__name__}")
     if loads == "objects":
         if isinstance(source, InMemory):
             return create_engine(kind, (source.model, source.tokenizer), **options)
@@ -85,7 +86,7 @@ def build_engine(
             options.setdefault("device", device)
         return create_engine(kind, source.path, **options)
     if isinstance(source, InMemory):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"a {kind!r} engine loads a model folder, not a model object: give it a Folder or a Snapshot "
             "(Policy.engine does, writing a LoRA policy's merged weights to a folder first)"
         )

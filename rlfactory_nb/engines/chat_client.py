@@ -11,7 +11,7 @@ they share, so a judge and a model tool behave alike on a slow, failing or hosti
 
 Engine: the model's own tokenizer and chat template (the engine's `.tokenizer`, or `tokenizer=`)
 render the messages to ids here, in the kernel or the driver, and only ids travel (tokens in, tokens
-out: DESIGN.md). Every message's text is quoted first (chat/quoting.py): a policy's answer in a
+out: rollout/tokens.py). Every message's text is quoted first (chat/quoting.py): a policy's answer in a
 judge's prompt that spells `<|im_end|><|im_start|>system` is read as characters, so it cannot close
 the grading turn and write turns of its own. Each request is one `generate` call; up to `max_concurrency` are in flight at once,
 and the engine batches them (hf: one padded batch; vLLM: continuous batching). An engine that died
@@ -41,7 +41,7 @@ from rlfactory_nb.chat import quoting
 from rlfactory_nb.chat.detect import detect_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.engines.chat_http import Answer, ReplyRejected, post, retry_after_s, token_counts
-from rlfactory_nb.errors import ChatError, ChatFormatError, EngineActorDied
+from rlfactory_nb.errors import ChatError, ChatFormatError, ConfigError, EngineActorDied
 from rlfactory_nb.types import Message
 
 _MAX_WAIT_S = 60.0
@@ -105,7 +105,7 @@ class ChatSettings:
             or self.max_tokens < 1
             or self.max_reply_bytes < 1
         ):
-            raise ValueError(
+            raise ConfigError(
                 "need max_concurrency >= 1, 0 < timeout_s < inf, max_retries >= 0, backoff_s >= 0, "
                 f"max_tokens >= 1 and max_reply_bytes >= 1; got {self.max_concurrency}, {self.timeout_s}, "
                 f"{self.max_retries}, {self.backoff_s}, {self.max_tokens}, {self.max_reply_bytes}"
@@ -148,14 +148,14 @@ def chat_client(
     (the API root, `http://localhost:8000/v1` for vLLM) serving `model`; exactly one of the two."""
     settings = settings or ChatSettings()
     if (base_url is None) == (engine is None):
-        raise ValueError(
+        raise ConfigError(
             "give either engine= (a cluster.engine(...) handle or any engine) or base_url= (an "
             f"OpenAI-compatible endpoint) and model=; got base_url={base_url!r}, engine={engine!r}"
         )
     if engine is not None:
         return EngineChatClient(engine, settings, tokenizer, model)
     if model is None:
-        raise ValueError(f"base_url={base_url!r} needs model=, the name the endpoint serves")
+        raise ConfigError(f"base_url={base_url!r} needs model=, the name the endpoint serves")
     return HTTPChatClient(base_url, model, settings, api_key, api_key_env)
 
 
@@ -184,7 +184,7 @@ class EngineChatClient:
         self.engine = engine
         self.tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(
+            raise ConfigError(
                 f"engine {engine!r} carries no tokenizer with a chat template: pass tokenizer= (the judged "
                 "model's own, e.g. AutoTokenizer.from_pretrained(...)), so prompts render as the model expects"
             )

@@ -38,6 +38,13 @@ from rlfactory_nb.engines.base import (
 )
 from rlfactory_nb.engines.logprobs import sequence_logprobs
 from rlfactory_nb.engines.sampling import sample_tokens, token_logprobs
+from rlfactory_nb.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    EngineRequestError,
+    EngineStateError,
+    RegistryKeyError,
+)
 
 SCORE_CHUNK_TOKENS = 1024
 """tokens per chunk of the output layer when scoring: one (chunk, vocabulary) block at a time"""
@@ -100,7 +107,7 @@ class HFEngine:
         compute_dtype: torch.dtype | None = None,
     ) -> None:
         if max_batch_size < 1:
-            raise ValueError(f"HFEngine max_batch_size must be >= 1, got {max_batch_size}")
+            raise ConfigError(f"HFEngine max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -140,7 +147,7 @@ class HFEngine:
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if self._closed:
-            raise RuntimeError("HFEngine is closed")
+            raise EngineStateError("HFEngine is closed")
         self._check_prompt(prompt_ids, sampling)
         queue = self._ensure_worker()
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
@@ -151,7 +158,7 @@ class HFEngine:
         """Log-probs of given ids (engines/base.py), by one forward between batches through the
         trainer's chunked head (`rlfactory_nb.engines.logprobs`)."""
         if self._closed:
-            raise RuntimeError("HFEngine is closed")
+            raise EngineStateError("HFEngine is closed")
         check_score_request(token_ids, self.vocab_size, self.max_positions)
         self._ensure_worker()
         assert self._lock is not None
@@ -202,7 +209,7 @@ class HFEngine:
         check_request(prompt_ids, sampling, self.vocab_size)
         needed = len(prompt_ids) + sampling.max_new_tokens
         if self.max_positions is not None and needed > self.max_positions:
-            raise ValueError(
+            raise EngineRequestError(
                 f"prompt of {len(prompt_ids)} tokens + max_new_tokens {sampling.max_new_tokens} exceeds "
                 f"the model's max_position_embeddings {self.max_positions}: lower max_new_tokens"
             )
@@ -248,7 +255,7 @@ class HFEngine:
         params = dict(self.model.named_parameters(remove_duplicate=False)) | dict(self.model.named_buffers())
         unknown = sorted(set(state_dict) - set(params))
         if unknown:
-            raise KeyError(f"update_weights got names the model does not have: {unknown[:5]}")
+            raise RegistryKeyError(f"update_weights got names the model does not have: {unknown[:5]}")
         with torch.no_grad():
             for name, tensor in state_dict.items():
                 params[name].copy_(tensor)
@@ -355,7 +362,7 @@ def _create_hf_engine(model_path_or_objects: Any, **options: Any) -> HFEngine:
     if isinstance(model_path_or_objects, tuple) and len(model_path_or_objects) == 2:
         model, tokenizer = model_path_or_objects
         return HFEngine(model, tokenizer, **options)
-    raise TypeError(
+    raise ArgumentTypeError(
         "create_engine('hf', ...) takes a model folder (str or Path) or a (model, tokenizer) pair, "
         f"got {type(model_path_or_objects).__name__}"
     )

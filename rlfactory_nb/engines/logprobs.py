@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rlfactory_nb.errors import UnsupportedModelError
+
 
 class _ChunkedTokenStats(torch.autograd.Function):
     """hidden (N, H), weight (V, H), targets (N,) -> (N, 2): [log p(target), entropy], float32.
@@ -190,7 +192,7 @@ def sequence_logprobs(model: torch.nn.Module, input_ids: Tensor, chunk: int, dty
     from one forward through the chunked head (no (B, L, vocabulary) tensor)."""
     if not supports_chunking(model):
         layer = causal_lm(model).get_output_embeddings()
-        raise ValueError(
+        raise UnsupportedModelError(
             f"scoring needs a bias-free linear output layer (transformers causal LMs have one); this model's "
             f"is {layer!r}"
         )

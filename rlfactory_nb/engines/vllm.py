@@ -47,6 +47,7 @@ from rlfactory_nb.engines.base import (
     stop_token_ids_from_tokenizer,
 )
 from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec, open_group, receive
+from rlfactory_nb.errors import ArgumentTypeError, EngineStateError
 
 COLOCATED_GPU_MEMORY = 0.4
 """vLLM's share of a GPU it shares with a policy worker (its default, 0.9, leaves none for training)"""
@@ -175,7 +176,7 @@ class VLLMEngine:
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         if self._closed:
-            raise RuntimeError("VLLMEngine is closed")
+            raise EngineStateError("VLLMEngine is closed")
         check_request(prompt_ids, sampling, self._engine.model_config.get_vocab_size())
         params = self._vllm.SamplingParams(
             temperature=sampling.temperature,
@@ -192,13 +193,13 @@ class VLLMEngine:
         async for output in self._engine.generate(engine_input, params, request_id=self._next_request_id()):
             final = output
         if final is None or not final.finished:
-            raise RuntimeError("vLLM ended a request without a final output")
+            raise EngineStateError("vLLM ended a request without a final output")
         return _to_generation(final.outputs[0])
 
     async def score(self, token_ids: list[int]) -> list[float]:
         """Log-probs of given ids (engines/base.py) from vLLM's prompt logprobs."""
         if self._closed:
-            raise RuntimeError("VLLMEngine is closed")
+            raise EngineStateError("VLLMEngine is closed")
         config = self._engine.model_config
         check_score_request(token_ids, config.get_vocab_size(), config.max_model_len - 1)  # room for 1 token
         params = self._vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
@@ -207,7 +208,7 @@ class VLLMEngine:
         async for output in self._engine.generate(engine_input, params, request_id=self._next_request_id()):
             final = output
         if final is None or final.prompt_logprobs is None:
-            raise RuntimeError("vLLM returned no prompt logprobs")
+            raise EngineStateError("vLLM returned no prompt logprobs")
         # prompt_logprobs[0] is None (the first token has no prefix); each other entry holds its own token
         return [step[token].logprob for step, token in zip(final.prompt_logprobs[1:], token_ids[1:])]
 
@@ -256,7 +257,7 @@ class VLLMEngine:
 def _to_generation(completion: Any) -> Generation:
     """vLLM CompletionOutput -> Generation; an aborted request is an error, not a generation."""
     if completion.finish_reason not in ("stop", "length"):
-        raise RuntimeError(f"vLLM request finished with {completion.finish_reason!r}")
+        raise EngineStateError(f"vLLM request finished with {completion.finish_reason!r}")
     token_ids = list(completion.token_ids)
     logprobs = [step[token].logprob for step, token in zip(completion.logprobs, token_ids)]
     return Generation(token_ids, logprobs, completion.finish_reason)
@@ -273,7 +274,7 @@ def _to_generation(completion: Any) -> Generation:
 def _create_vllm_engine(model_path_or_objects: Any, **options: Any) -> VLLMEngine:
     """`create_engine("vllm", folder, **VLLMEngine options)`; vLLM loads weights from disk itself."""
     if not isinstance(model_path_or_objects, (str, Path)):
-        raise TypeError(
+        raise ArgumentTypeError(
             "create_engine('vllm', ...) takes a model folder (str or Path): save the model with "
             f"save_pretrained first; got {type(model_path_or_objects).__name__}"
         )

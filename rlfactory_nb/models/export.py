@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from rlfactory_nb.errors import ConfigError, FolderExistsError
 from rlfactory_nb.models.merged import write_plain
 from rlfactory_nb.models.policy import Policy
 
@@ -32,11 +33,11 @@ def export(
 ) -> Path:
     """Write `source` (a checkpoint folder, model name, or a loaded `Policy`) merged to `out`."""
     if dtype not in EXPORT_DTYPES:
-        raise ValueError(f"export dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
+        raise ConfigError(f"export dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
     policy = source if isinstance(source, Policy) else Policy.load(source, device="cpu", dtype="float32")
     target = Path(out)
     if target.exists():
         if not overwrite:
-            raise FileExistsError(f"{target} exists; choose another folder or pass overwrite=True")
+            raise FolderExistsError(f"{target} exists; choose another folder or pass overwrite=True")
         shutil.rmtree(target)
     return write_plain(policy.model, policy.tokenizer, target, getattr(torch, dtype))

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from rlfactory_nb.config import ConfigError
-from rlfactory_nb.errors import CheckpointError
+from rlfactory_nb.errors import CheckpointError, UnsupportedModelError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_NAME = "default"
@@ -140,7 +140,7 @@ def adapter_base(path: str | Path) -> str:
     config = json.loads((Path(path) / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     base = config.get("base_model_name_or_path")
     if not base:
-        raise ValueError(f"{Path(path) / ADAPTER_CONFIG} does not name its base model")
+        raise UnsupportedModelError(f"{Path(path) / ADAPTER_CONFIG} does not name its base model")
     return str(base)
 
 

@@ -33,7 +33,7 @@ from rlfactory_nb.engines.build import (
     cpu_state,
     dtype_name,
 )
-from rlfactory_nb.errors import RemoteCodeError
+from rlfactory_nb.errors import ModelFilesError, RemoteCodeError
 from rlfactory_nb.models import lora, presets
 from rlfactory_nb.models.checkpoint import CheckpointError, verify_digests
 from rlfactory_nb.models.files import model_folder
@@ -113,7 +113,7 @@ class Policy:
             tokenizer = from_folder(AutoTokenizer, path, trust)
             model = from_folder(AutoModelForCausalLM, path, trust, dtype=resolve_dtype(dtype, target))
         except OSError as error:
-            raise FileNotFoundError(
+            raise ModelFilesError(
                 f"cannot load model {name!r}: not an embedded preset ({', '.join(presets.PRESETS)}), "
                 f"not a local Hugging Face folder, and not loadable from the hub here ({error})"
             ) from error

@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError
 from rlfactory_nb.rewards.values import (
     InvalidRewardValue,
     RewardFunction,
@@ -37,10 +38,10 @@ def combine(parts: Mapping[str, Part], name: str = "combined") -> RewardFunction
     """
     weighted = {key: part if isinstance(part, tuple) else (part, 1.0) for key, part in parts.items()}
     if not weighted:
-        raise ValueError("combine needs at least one reward function")
+        raise ConfigError("combine needs at least one reward function")
     for key, (function, weight) in weighted.items():
         if not callable(function) or isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"combine part {key!r} must be a function or (function, weight), got {parts[key]!r}"
             )
 

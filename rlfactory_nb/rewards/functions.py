@@ -19,6 +19,7 @@ from collections import Counter
 from numbers import Real
 from typing import Any
 
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError, SampleError
 from rlfactory_nb.types import Sample
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -58,7 +59,7 @@ def gold_answers(ground_truth: Any) -> list[str]:
         return gold_answers(ground_truth.tolist())
     if isinstance(ground_truth, (list, tuple)):
         return [answer for item in ground_truth for answer in gold_answers(item)]
-    raise TypeError(
+    raise ArgumentTypeError(
         f"ground_truth must be a string, a number, a list of them or {{'target': [...]}}, "
         f"got {type(ground_truth).__name__}: {ground_truth!r:.80}"
     )
@@ -67,7 +68,7 @@ def gold_answers(ground_truth: Any) -> list[str]:
 def _golds(sample: Sample) -> list[str]:
     golds = gold_answers(sample.ground_truth) if sample.ground_truth is not None else []
     if not golds:
-        raise ValueError(
+        raise SampleError(
             f"sample {sample.id!r} has no ground truth; give the dataset a ground-truth column "
             "or pass ground_truth= when building the sample"
         )
@@ -193,11 +194,11 @@ def length_penalty(sample: Sample, *, max_tokens: int = 1024, buffer_tokens: int
     [0.0, -0.5, -1.0]
     """
     if sample.trajectory is None:
-        raise ValueError(
+        raise SampleError(
             f"length_penalty needs sample.trajectory to count sampled tokens (sample {sample.id!r})"
         )
     if not 0 < buffer_tokens <= max_tokens:
-        raise ValueError(
+        raise ConfigError(
             f"length_penalty needs 0 < buffer_tokens <= max_tokens, got {buffer_tokens}, {max_tokens}"
         )
     over = sample.trajectory.num_sampled_tokens - (max_tokens - buffer_tokens)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import ConfigError, RewardTimeout, RewardWorkerError
 from rlfactory_nb.rewards.threads import abandoned
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds rlfactory_nb/
@@ -55,7 +56,7 @@ class WorkerPool:
         self, max_workers: int = 2, setup: Callable[[], Any] | None = None, start_timeout_s: float = 120.0
     ):
         if max_workers < 1 or start_timeout_s <= 0:
-            raise ValueError(f"need max_workers >= 1 and start_timeout_s > 0, got {max_workers}, {start_timeout_s}")
+            raise ConfigError(f"need max_workers >= 1 and start_timeout_s > 0, got {max_workers}, {start_timeout_s}")
         self.setup = None if setup is None else function_name(setup)
         self.start_timeout_s = start_timeout_s
         self.started = 0
@@ -85,7 +86,7 @@ class WorkerPool:
         finally:
             self._slots.release()
         if "error" in reply:
-            raise RuntimeError(f"{request['function']} in a worker process raised {reply['error']}")
+            raise RewardWorkerError(f"{request['function']} in a worker process raised {reply['error']}")
         return reply["result"]
 
     @property
@@ -109,7 +110,7 @@ class WorkerPool:
             return
         while not self._slots.acquire(timeout=_POLL_S):
             if cancel.is_set():
-                raise TimeoutError("the caller stopped waiting before a worker was free")
+                raise RewardTimeout("the caller stopped waiting before a worker was free")
 
     def _take(self, cancel: threading.Event | None = None) -> _Worker:
         try:
@@ -154,7 +155,7 @@ class _Worker:
             self.process.stdin.write(json.dumps(message).encode() + b"\n")
             self.process.stdin.flush()
         except BrokenPipeError:
-            raise RuntimeError(f"the worker process exited (code {self.process.poll()})") from None
+            raise RewardWorkerError(f"the worker process exited (code {self.process.poll()})") from None
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._pending:
             self._pending += self._read(deadline, timeout_s, cancel)
@@ -165,16 +166,16 @@ class _Worker:
         stdout = self.process.stdout.fileno()
         while True:
             if cancel is not None and cancel.is_set():
-                raise TimeoutError("the caller stopped waiting; the worker process was stopped")
+                raise RewardTimeout("the caller stopped waiting; the worker process was stopped")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"no result within {timeout_s:g} s; the worker process was stopped")
+                raise RewardTimeout(f"no result within {timeout_s:g} s; the worker process was stopped")
             wait = remaining if cancel is None else min(remaining, _POLL_S)
             if select.select([stdout], [], [], wait)[0]:
                 break
         chunk = os.read(stdout, 1 << 16)
         if not chunk:
-            raise RuntimeError(f"the worker process exited (code {self.process.wait()})")
+            raise RewardWorkerError(f"the worker process exited (code {self.process.wait()})")
         return chunk
 
     def kill(self) -> None:
@@ -193,7 +194,7 @@ def function_name(function: Callable[..., Any]) -> str:
     """
     module, name = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
     if not module or module == "__main__" or "<" in name:
-        raise ValueError(
+        raise ConfigError(
             f"{function!r} cannot run in a worker process: it must be defined at the top level of an "
             "importable module (not in a notebook, a script's __main__ or another function)"
         )

@@ -31,6 +31,7 @@ from rlfactory_nb._views import view_of
 from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.data.objects import RunObjects, source_listing
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.errors import ConfigError, LabNotSampled, RegistryKeyError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.types import Sample, Trajectory
@@ -69,7 +70,7 @@ class RewardLab:
         timeout_s: float = 60.0,
     ):
         if group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (advantages compare samples of one prompt), got {group_size}")
+            raise ConfigError(f"group_size must be >= 2 (advantages compare samples of one prompt), got {group_size}")
         self.agent = agent
         self.rows = _rows(dataset)
         self.rewards = dict(rewards) if isinstance(rewards, Mapping) else {getattr(rewards, "__name__", "reward"): rewards}
@@ -86,7 +87,7 @@ class RewardLab:
         """Roll out `group_size` samples for rows[start : start + n_prompts], then score them."""
         rows = self.rows[start : start + n_prompts]
         if not rows:
-            raise ValueError(f"no dataset rows in [{start}, {start + n_prompts}); the dataset has {len(self.rows)}")
+            raise ConfigError(f"no dataset rows in [{start}, {start + n_prompts}); the dataset has {len(self.rows)}")
         self.groups = await rollout_groups(self.agent, rows, self.group_size)
         return await self.rescore()
 
@@ -94,7 +95,7 @@ class RewardLab:
         """Score the current rollouts again, after replacing or adding functions by name."""
         self.rewards.update(rewards or {}, **named)
         if not self.groups:
-            raise RuntimeError("no rollouts yet: `await lab.sample(n_prompts)` first")
+            raise LabNotSampled("no rollouts yet: `await lab.sample(n_prompts)` first")
         runner = RewardRunner(self.rewards, on_error="zero", timeout_s=self.timeout_s)
         self.outcomes = await runner.score_groups(
             [[Sample.from_trajectory(traj) for traj in group] for group in self.groups]
@@ -120,7 +121,7 @@ class RewardLab:
         dict (the first trains, the others are logged); no names: all of them, the first training."""
         unknown = [name for name in names if name not in self.rewards]
         if unknown:
-            raise KeyError(f"the lab has no reward {unknown[0]!r}; it has {', '.join(self.rewards)}")
+            raise RegistryKeyError(f"the lab has no reward {unknown[0]!r}; it has {', '.join(self.rewards)}")
         if len(names) == 1:
             return self.rewards[names[0]]
         return {name: self.rewards[name] for name in names or self.rewards}

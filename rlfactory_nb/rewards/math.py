@@ -27,6 +27,7 @@ import os
 import re
 from typing import Literal
 
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.rewards.functions import _golds
 from rlfactory_nb.rewards.isolated import WorkerPool
 from rlfactory_nb.types import Sample
@@ -110,7 +111,7 @@ def gsm8k_answer(text: str, method: Literal["strict", "flexible"] = "strict") ->
     ('1200', None, '12.50')
     """
     if method not in ("strict", "flexible"):
-        raise ValueError(f'gsm8k method must be "strict" or "flexible", got {method!r}')
+        raise ConfigError(f'gsm8k method must be "strict" or "flexible", got {method!r}')
     found = (_STRICT if method == "strict" else _FLEXIBLE).findall(text)
     numbers = [_normalize(number) for number in found]
     numbers = [number for number in numbers if number not in ("", "-")]

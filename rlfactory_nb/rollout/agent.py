@@ -31,8 +31,16 @@ from typing import Any
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import DriftError
+from rlfactory_nb.models.presets import THINKING
 from rlfactory_nb.rollout.seeds import SampleId
-from rlfactory_nb.rollout.tokens import DriftMode, delta_ids, drift_check, prompt_ids, prompt_opens
+from rlfactory_nb.rollout.tokens import (
+    DriftMode,
+    delta_ids,
+    drift_check,
+    prompt_ids,
+    prompt_opens,
+    thinks_by_default,
+)
 from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn
 
 log = logging.getLogger(__name__)
@@ -57,6 +65,12 @@ class _Progress:
         return self.ids + self.response_ids
 
 
+def thinking_mode(cfg: Any) -> bool | None:
+    """`rollout.enable_thinking`, or unset, the preset's mode (None: the template's default)."""
+    given = cfg.rollout.enable_thinking
+    return THINKING.get(cfg.model.name) if given is None else given
+
+
 class Agent:
     """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`."""
 
@@ -71,7 +85,7 @@ class Agent:
         sampling: SamplingParams | None = None,
         engine: Engine | None = None,
         tokenizer: Any = None,
-        enable_thinking: bool = False,
+        enable_thinking: bool | None = False,
         drift: DriftMode = "warn",
         chat_format: str | ChatFormat = "auto",
     ):
@@ -82,6 +96,7 @@ class Agent:
             raise ValueError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
         self.tools = tools
         self.chat_format = resolve_chat_format(chat_format, self.tokenizer)
+        enable_thinking = thinks_by_default(self.tokenizer) if enable_thinking is None else enable_thinking  # None: the template's
         markers = self.chat_format.reasoning
         self.starts_in_reasoning = markers is not None and prompt_opens(self.tokenizer, markers.open, enable_thinking)
         """the generation prompt pre-fills the reasoning opener: each turn's text starts inside it"""
@@ -127,6 +142,7 @@ class Agent:
             sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
             engine=engine,
             drift=drift or rollout.drift_check,
+            enable_thinking=thinking_mode(cfg),
         )
 
     @property

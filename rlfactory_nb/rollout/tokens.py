@@ -169,6 +169,15 @@ def drift_check(
     )
 
 
+def thinks_by_default(tokenizer: Any) -> bool:
+    """Whether the template, given no `enable_thinking`, renders the thinking-mode generation prompt
+    (Qwen3's does; a template without the switch renders both alike and counts as not thinking)."""
+    default = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True)
+    thinking = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True, enable_thinking=True)
+    plain = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True, enable_thinking=False)
+    return default == thinking != plain
+
+
 def empty_think_ids(tokenizer: Any) -> list[int]:
     """The ids of the empty think block that non-thinking mode adds to every generation prompt
     (`<think>\\n\\n</think>\\n\\n` for Qwen3), read off the template; [] for a template without one."""

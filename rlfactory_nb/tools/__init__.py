@@ -8,6 +8,7 @@ from rlfactory_nb.tools.config import ServerConfig, ToolOptions, ToolSetSettings
 from rlfactory_nb.tools.mcp import MCPConnection
 from rlfactory_nb.tools.python import PythonTool, ToolReply, tool
 from rlfactory_nb.tools.toolset import ToolSet
+from rlfactory_nb.types import ToolResult
 
 __all__ = [
     "InvalidArguments",
@@ -19,6 +20,7 @@ __all__ = [
     "ToolCache",
     "ToolOptions",
     "ToolReply",
+    "ToolResult",
     "ToolSet",
     "ToolSetSettings",
     "load_tools_config",

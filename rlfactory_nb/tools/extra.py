@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rlfactory_nb.errors import ArgumentTypeError
 from rlfactory_nb.tools.config import FunctionConfig, ToolsFile
 from rlfactory_nb.tools.python import PythonTool
 from rlfactory_nb.tools.toolset import ToolSet
@@ -30,7 +31,7 @@ def extra_tools(tools: ExtraTools | None) -> ToolsFile | None:
     items = [tools] if callable(tools) else list(tools)
     for index, item in enumerate(items):
         if not callable(item):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"tools=[...][{index}] is a {type(item).__name__}: pass @rf.tool functions, plain functions or a ToolSet"
             )
     if not items:

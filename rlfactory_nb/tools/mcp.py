@@ -2,7 +2,7 @@
 
 Why a task of its own: the SDK's transports and `ClientSession` are anyio context managers whose
 cancel scopes must be entered and exited in the same task, while a notebook starts tools in one cell
-and stops them in another (NOTES.md: "Attempted to exit cancel scope in a different task"). So
+and stops them in another (anyio: "Attempted to exit cancel scope in a different task"). So
 `start()` spawns a supervisor task that opens the transport and the session, lists the tools and then
 serves requests taken from a queue; `call()` from any task just puts a request on that queue and
 awaits its future, and `stop()` puts a stop marker there. Each call runs as its own child task of

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError
 from rlfactory_nb.types import ToolSpec
 
 
@@ -96,7 +97,7 @@ def as_python_tool(obj: Any, name: str | None = None, description: str | None = 
             return obj
         obj = obj.fn
     if not callable(obj):
-        raise TypeError(f"a Python tool must be a function or 'module:function', got {obj!r}")
+        raise ArgumentTypeError(f"a Python tool must be a function or 'module:function', got {obj!r}")
     return tool(obj, name=name, description=description)
 
 
@@ -104,16 +105,16 @@ def load_function(target: str) -> Any:
     """Import "package.module:function" (a dotted attribute path after the colon is allowed)."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise ValueError(
+        raise ConfigError(
             f"function tool {target!r}: expected 'module:function', e.g. 'mypackage.tools:search'"
         )
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"function tool {target!r}: cannot import module {module_name!r}: {exc}") from exc
+        raise ConfigError(f"function tool {target!r}: cannot import module {module_name!r}: {exc}") from exc
     for part in attribute.split("."):
         if not hasattr(obj, part):
-            raise ValueError(
+            raise ConfigError(
                 f"function tool {target!r}: module {module_name!r} has no attribute {attribute!r}"
             )
         obj = getattr(obj, part)
@@ -142,7 +143,7 @@ def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if param.kind is param.POSITIONAL_ONLY:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"tool {fn.__name__}: parameter {param.name!r} is positional-only; tools take keywords"
             )
         prop = json_schema_of(hints.get(param.name, Any))

@@ -12,6 +12,7 @@ Names: a tool keeps its short name when only one server offers it; when several 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import difflib
 import logging
 import os
@@ -107,6 +108,8 @@ class ToolSet:
         """A ToolSet from our YAML, an `{"mcpServers": ...}` JSON, a dict of either, or a parsed file.
         Keyword arguments (timeout_s, max_concurrency, max_result_chars, cache, cache_path, ...)
         override the file's `settings:`; `shared_cache` as the constructor takes it."""
+        if isinstance(source, ToolsFile):  # parsed already: its settings checked, the keywords not yet
+            source = dataclasses.replace(source, settings=checked_settings(source.settings, settings))
         parsed = source if isinstance(source, ToolsFile) else load_tools_config(source, **settings)
         return cls(parsed.servers, parsed.functions, parsed.settings, shared_cache=shared_cache)
 
@@ -118,7 +121,7 @@ class ToolSet:
         **settings: Any,
     ) -> ToolSet:
         """A ToolSet of Python functions only (no processes to start); arguments as `from_config`'s."""
-        return cls((), functions, ToolSetSettings(**settings), shared_cache=shared_cache)
+        return cls((), functions, checked_settings(ToolSetSettings(), settings), shared_cache=shared_cache)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -340,13 +343,13 @@ class ToolSet:
 
     def _require_started(self) -> None:
         if not self.started:
-            raise RuntimeError(
+            raise ServerUnavailable(
                 "the ToolSet is not started: `await tools.start()` (or `tools.start_sync()`) first"
             )
 
     def _check_loop(self) -> None:
         if self.connections and asyncio.get_running_loop() is not self._loop:
-            raise RuntimeError(
+            raise ServerUnavailable(
                 "this ToolSet was started on another event loop; its server sessions live there. "
                 "Use it from the loop that started it (in a notebook: `await` or the *_sync methods, not asyncio.run)"
             )
@@ -363,6 +366,14 @@ class ToolSet:
     def __repr__(self) -> str:
         tools = ", ".join(self._exposed) if self.started else "not started"
         return f"ToolSet(servers={list(self.connections)}, python={len(self._functions)}, tools: {tools})"
+
+
+def checked_settings(base: ToolSetSettings, settings: Mapping[str, Any]) -> ToolSetSettings:
+    """`base` with `settings` over it, checked as a tools file's `settings:` is: a typo or a wrong
+    type is a ConfigError naming the key (and the closest one), never silently dropped."""
+    if not settings:
+        return base
+    return load_tools_config({"settings": {**dataclasses.asdict(base), **settings}}).settings
 
 
 def _function_entry(

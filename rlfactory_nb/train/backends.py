@@ -20,7 +20,7 @@ import torch
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.base import Engine, engine_traits, stop_token_ids_from_tokenizer
-from rlfactory_nb.errors import ConfigError
+from rlfactory_nb.errors import ConfigError, RegistryKeyError
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train.batch import TrainBatch
 from rlfactory_nb.train.trainable import TrainingSetup
@@ -100,7 +100,7 @@ def backend_factory(name: str) -> BackendFactory:
     if name not in _BACKENDS and name in BACKEND_MODULES:
         importlib.import_module(BACKEND_MODULES[name])
     if name not in _BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {sorted({*BACKEND_MODULES, *_BACKENDS})}")
+        raise RegistryKeyError(f"unknown backend {name!r}; choose one of {sorted({*BACKEND_MODULES, *_BACKENDS})}")
     return _BACKENDS[name]
 
 

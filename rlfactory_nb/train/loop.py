@@ -42,7 +42,7 @@ from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import PromptOrder
-from rlfactory_nb.errors import StepFailed
+from rlfactory_nb.errors import RunFolderExistsError, StepFailed
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
@@ -51,7 +51,7 @@ from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.rollout.seeds import SampleId
-from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.runtime import Runtime, check_names
 from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
@@ -186,7 +186,7 @@ class Trainer:
         if resume:
             return latest
         if latest is not None or read_metrics(self.run_dir):
-            raise FileExistsError(
+            raise RunFolderExistsError(
                 f"{self.run_dir} already holds a run: pass resume=True (CLI: --resume) to continue it, or "
                 "choose another name (name=...) or output_dir"
             )
@@ -421,6 +421,7 @@ async def train(
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data, agent)
+    check_names(cfg, objects)  # a name that resolves to nothing fails before the model loads
     if replace and not resume:
         RunFolder(cfg.run_dir).store.remove("")
     upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up

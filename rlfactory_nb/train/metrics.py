@@ -49,6 +49,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import MissingExtraError
 from rlfactory_nb.storage import open_append, read_regular, write_atomic
 from rlfactory_nb.train.run_folder import METRICS_FILE, TENSORBOARD, WANDB_ID_FILE, read_metrics
 from rlfactory_nb.types import Sample, Trajectory
@@ -336,7 +337,7 @@ def _wandb_run(run_dir: Path, project: str, config: dict[str, Any] | None) -> An
     try:
         import wandb
     except ImportError as error:
-        raise ImportError(
+        raise MissingExtraError(
             f"wandb_project={project!r} needs the wandb package: pip install 'rlfactory-nb[wandb]' "
             "(or remove wandb_project from the config)"
         ) from error

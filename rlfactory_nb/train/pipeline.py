@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rlfactory_nb.errors import ConfigError, TrainingError
 from rlfactory_nb.train.metrics import StepTimer
 from rlfactory_nb.train.versioned_engine import StaleSamples
 from rlfactory_nb.types import Trajectory
@@ -59,7 +60,7 @@ class RolloutPipeline:
 
     def __init__(self, draw: Draw, max_staleness: int, version: int, last_step: int):
         if max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+            raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
         self._draw = draw
         self.max_staleness = max_staleness
         self.version = version
@@ -80,7 +81,7 @@ class RolloutPipeline:
         self._requested = max(self._requested, step)
         self._start_allowed()
         if step not in self._running:
-            raise RuntimeError(
+            raise TrainingError(
                 f"step {step}'s rollouts were never started (next {self._next}, engines at version {self.version})"
             )
         task, timer = self._running.pop(step)

@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+from rlfactory_nb.config import DEFAULTS
+from rlfactory_nb.errors import ConfigError
+
 DECAYS: dict[str, Callable[[float], float]] = {
     "constant": lambda progress: 1.0,
     "linear": lambda progress: 1.0 - progress,
@@ -45,13 +48,13 @@ class LRSchedule:
 
     lr: float
     """the peak rate (`grpo.lr`)"""
-    name: str = "constant"
-    warmup_steps: int = 0
-    steps: int = 1
+    name: str = DEFAULTS.grpo.lr_schedule
+    warmup_steps: int = DEFAULTS.grpo.warmup_steps
+    steps: int = DEFAULTS.grpo.steps
 
     def __post_init__(self) -> None:
         if self.name not in DECAYS:
-            raise ValueError(f"unknown lr_schedule {self.name!r}; known: {', '.join(DECAYS)}")
+            raise ConfigError(f"unknown lr_schedule {self.name!r}; known: {', '.join(DECAYS)}")
 
     @classmethod
     def from_config(cls, grpo: Any) -> LRSchedule:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.models import lora as lora_adapters
 from rlfactory_nb.models.lora import is_adapted
 from rlfactory_nb.models.precision import Precision, apply_dtypes, engine_state
@@ -36,12 +37,12 @@ __all__ = ["TrainingSetup", "is_adapted"]
 @dataclass(frozen=True)
 class TrainingSetup:
     precision: Precision
-    lora: Any = None
+    lora: Any = DEFAULTS.model.lora
     """the run's LoraConfig, or None for full fine-tuning"""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = DEFAULTS.model.gradient_checkpointing
     base_name: str = ""
     """the run's model.name, recorded in adapter checkpoints as their base"""
-    padding_free: bool = False
+    padding_free: bool = DEFAULTS.grpo.padding_free
     """the run's grpo.padding_free: the update packs micro-batches into rows"""
 
     @classmethod

@@ -47,7 +47,9 @@ from torch import Tensor
 
 from rlfactory_nb.algo.losses import kl_penalty, masked_mean
 from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_reduction
+from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.engines.logprobs import chunked_token_stats, supports_chunking
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.models.precision import FLOAT32, Precision, autocast
 from rlfactory_nb.train.batch import TrainBatch, first_trained_position, window_logprobs
 from rlfactory_nb.train.packing import PackedRow, first_fit_decreasing, pack
@@ -59,21 +61,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """The knobs of `policy_update`, read from a run config by `from_config`."""
+    """The knobs of `policy_update`, read from a run config by `from_config`; each default is the
+    config's (`rlfactory_nb.config.DEFAULTS`), so a direct user runs what a default run does."""
 
-    loss: str = "grpo"
+    loss: str = DEFAULTS.grpo.loss
     loss_args: LossArgs = field(default_factory=LossArgs)
-    ppo_epochs: int = 1
-    mini_batch_size: int = 32
-    micro_batch_size: int = 16
-    max_grad_norm: float = 1.0
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    seed: int = 0
-    max_tokens_per_micro_batch: int | None = None
-    padding_free: bool = False
-    logprob_chunk_tokens: int | None = 256
+    ppo_epochs: int = DEFAULTS.grpo.ppo_epochs
+    mini_batch_size: int = DEFAULTS.grpo.mini_batch_size
+    micro_batch_size: int = DEFAULTS.grpo.micro_batch_size
+    max_grad_norm: float = DEFAULTS.grpo.max_grad_norm
+    kl_coef: float = DEFAULTS.grpo.kl_coef
+    kl_estimator: str = DEFAULTS.grpo.kl_estimator
+    entropy_coef: float = DEFAULTS.grpo.entropy_coef
+    seed: int = DEFAULTS.grpo.seed
+    max_tokens_per_micro_batch: int | None = DEFAULTS.grpo.max_tokens_per_micro_batch
+    padding_free: bool = DEFAULTS.grpo.padding_free
+    logprob_chunk_tokens: int | None = DEFAULTS.grpo.logprob_chunk_tokens
     precision: Precision = FLOAT32
     lr_schedule: LRSchedule | None = None
     """None: the optimizer's rate is left as it is"""
@@ -113,7 +116,7 @@ def policy_update(
     """Run the update (module docstring) and return `train/...` metrics averaged over micro-batches."""
     loss_reduction(settings.loss)  # an unknown loss name fails before any work
     if settings.mini_batch_size < world_size:
-        raise ValueError(
+        raise ConfigError(
             f"grpo.mini_batch_size ({settings.mini_batch_size}) must be >= the number of policy workers "
             f"({world_size}) so that every worker trains on each mini-batch"
         )

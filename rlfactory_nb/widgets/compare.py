@@ -60,7 +60,7 @@ def strip_html(comparison: PolicyComparison, index: int) -> str:
     scale = _scale(comparison)
     spans = [_grey(token_id, comparison.tokenizer, "prompt") for token_id in traj.prompt_ids]
     for position, (token_id, mask) in enumerate(zip(traj.response_ids, traj.loss_mask)):
-        spans.append(_coloured(rows.loc[position], scale, comparison.tokenizer) if mask else _grey(token_id, comparison.tokenizer, "not sampled"))
+        spans.append(_coloured(rows.loc[position], scale) if mask else _grey(token_id, comparison.tokenizer, "not sampled"))
     legend = (
         f"<div>colour: change in log-probability, <span class='rf-token' style='background:{change_color(scale, scale)};color:#fff'>"
         f"+{scale:.2f} more likely</span> … 0 … <span class='rf-token' style='background:{change_color(-scale, scale)};color:#fff'>"
@@ -69,7 +69,7 @@ def strip_html(comparison: PolicyComparison, index: int) -> str:
     return f"{legend}<div class='rf-strip'>{''.join(spans)}</div>"
 
 
-def _coloured(row: Any, scale: float, tokenizer: Any) -> str:
+def _coloured(row: Any, scale: float) -> str:
     before, after, change = row["logprob_before"], row["logprob_after"], row["change"]
     title = (
         f"id {row['token_id']}, turn {row['turn']}: log p before {before:.3f} (p {math.exp(before):.3f}), "

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from rlfactory_nb.errors import ArgumentTypeError
+
 View = TypeVar("View", bound=Callable[..., Any])
 
 _VIEWS: dict[type, Callable[..., Any]] = {}
@@ -32,4 +34,4 @@ def view_for(obj: Any, **options: Any) -> Any:
         if kind in _VIEWS:
             return _VIEWS[kind](obj, **options)
     known = ", ".join(sorted(kind.__name__ for kind in _VIEWS))
-    raise TypeError(f"no view is registered for {type(obj).__name__}; views exist for: {known}")
+    raise ArgumentTypeError(f"no view is registered for {type(obj).__name__}; views exist for: {known}")

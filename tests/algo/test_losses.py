@@ -322,6 +322,6 @@ def test_decoupled_ppo_clips_against_the_proximal_policy_and_reweights_by_the_be
     assert loss.item() == pytest.approx(2.0 * plain.item(), abs=1e-6)  # weight min(4, 2) = 2 on every token
     assert metrics["tis_truncated_fraction"] == pytest.approx(1.0)
     masked, _ = get_loss("dapo")(
-        logprobs, proximal, ADVANTAGES, MASK, LossArgs(truncate_ratio=2.0, is_mode="mask"), behaviour
+        logprobs, proximal, ADVANTAGES, MASK, LossArgs(truncate_ratio=2.0, importance_cap_mode="mask"), behaviour
     )
     assert masked.item() == 0.0  # every token's weight was over the cap: all masked out

@@ -23,7 +23,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import rlfactory_nb as rf
 from rlfactory_nb.chat import ChatFormat, ParseResult, ToolCallParser
-from rlfactory_nb.engines.base import Generation, stop_token_ids_from_tokenizer
+from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.types import Sample, Trajectory
@@ -64,25 +64,10 @@ def get_time(zone: str) -> str:
 WEATHER_TOOLS = (get_weather, get_time)
 
 
-class ReplayEngine:
+def ReplayEngine(tokenizer: Any, turns: Sequence[tuple[str, str]]) -> ScriptedEngine:
     """Replies with fixed sampled texts, one per `generate` call, each followed by its end token
     (a turn that calls a tool may end with another token than the last one: Llama's `<|eom_id|>`)."""
-
-    def __init__(self, tokenizer: Any, turns: Sequence[tuple[str, str]]):
-        self.tokenizer, self.turns, self.calls = tokenizer, list(turns), 0
-        self.stop_token_ids = stop_token_ids_from_tokenizer(tokenizer)
-
-    async def generate(self, prompt_ids: list[int], sampling: Any) -> Generation:
-        text, end = self.turns[min(self.calls, len(self.turns) - 1)]
-        self.calls += 1
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.convert_tokens_to_ids(end)]
-        return Generation(ids, [-0.5] * len(ids), "stop")
-
-    async def update_weights(self, state_dict: Any, version: int | None = None) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
+    return ScriptedEngine(tokenizer, [text + end for text, end in turns])
 
 
 async def rollout_against_render(

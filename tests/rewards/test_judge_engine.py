@@ -20,14 +20,13 @@ def tokenizer():
 
 
 class CountingEngine(ScriptedEngine):
-    """A ScriptedEngine that records its prompts and the most requests it had in flight at once."""
+    """A ScriptedEngine that records the most requests it had in flight at once."""
 
     def __init__(self, tokenizer, replies, delay_s=0.05, fail: BaseException | None = None):
-        super().__init__(tokenizer, replies, delay_s)
-        self.prompts, self.in_flight, self.max_in_flight, self.fail = [], 0, 0, fail
+        super().__init__(tokenizer, replies, delay_s=delay_s)
+        self.in_flight, self.max_in_flight, self.fail = 0, 0, fail
 
     async def generate(self, prompt_ids, sampling):
-        self.prompts.append(self.tokenizer.decode(prompt_ids))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

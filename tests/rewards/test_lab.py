@@ -1,6 +1,8 @@
 """RewardLab: scores side by side, GRPO advantages per group, the warnings that matter, and the
 reward handed to training. Its view is tested in tests/widgets/test_reward_lab.py."""
 
+import itertools
+
 import pandas as pd
 import pytest
 import torch
@@ -29,17 +31,15 @@ async def tools():
         yield toolset
 
 
-class Alternating:
+def alternating(tokenizer):
     """Replies that differ within a group: every other sample answers right, the others wrong."""
+    calls = itertools.count()
 
-    def __init__(self, tokenizer):
-        self.count = 0
-        self.right = ScriptedEngine(tokenizer, {"2+3": ["<answer>5</answer>"], "4+4": ["<answer>8</answer>"]})
-        self.wrong = ScriptedEngine(tokenizer, {"?": ["<answer>0</answer>"]})
+    def reply(prompt):
+        right = "<answer>5</answer>" if "2+3" in prompt else "<answer>8</answer>"
+        return right if next(calls) % 2 == 0 else "<answer>0</answer>"
 
-    async def generate(self, prompt_ids, sampling):
-        self.count += 1
-        return await (self.right if self.count % 2 else self.wrong).generate(prompt_ids, sampling)
+    return ScriptedEngine(tokenizer, reply)
 
 
 def constant(sample):
@@ -48,7 +48,7 @@ def constant(sample):
 
 async def test_scores_advantages_warnings_and_the_table(tokenizer, tools):
     agent = scripted_agent(tokenizer, tools, {})
-    agent._engine = Alternating(tokenizer)
+    agent._engine = alternating(tokenizer)
     lab = RewardLab(agent, ROWS, rewards={"em": exact_match, "constant": constant}, group_size=4)
     assert lab.table().empty and list(lab.table().columns)[-1] == "errors" and lab.warnings() == []
     await lab.sample(n_prompts=2)

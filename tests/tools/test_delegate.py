@@ -23,24 +23,12 @@ def tokenizer():
     return build_tokenizer()
 
 
-class RecordingEngine(ScriptedEngine):
-    """A ScriptedEngine that keeps the prompts it was sent, decoded."""
-
-    def __init__(self, tokenizer, replies, delay_s=0.0):
-        super().__init__(tokenizer, replies, delay_s)
-        self.prompts = []
-
-    async def generate(self, prompt_ids, sampling):
-        self.prompts.append(self.tokenizer.decode(prompt_ids))
-        return await super().generate(prompt_ids, sampling)
-
-
 def toolset(*functions, **settings):
     return ToolSet((rf.tools.ServerConfig(**CALCULATOR),), functions, rf.tools.ToolSetSettings(**settings))
 
 
 async def test_a_model_tool_on_an_engine_renders_its_own_template_and_is_cached(tokenizer):
-    engine = RecordingEngine(tokenizer, {"Summarise": ["A short summary."]})
+    engine = ScriptedEngine(tokenizer, {"Summarise": ["A short summary."]})
     summarise = rf.model_tool("summarise", "Summarise a text.", engine=engine, system_prompt="Be brief.")
     async with toolset(summarise) as tools:
         assert set(tools.names) == {"calculator", "summarise"}

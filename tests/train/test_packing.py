@@ -26,7 +26,7 @@ from .test_loop import run_one_step
 
 LENGTHS = [5, 12, 40, 77, 150, 300, 520, 900]
 """prompt + response tokens of the ragged batch"""
-PADDED = UpdateSettings(loss_args=LossArgs(token_budget=1024), max_grad_norm=1e9)
+PADDED = UpdateSettings(loss_args=LossArgs(token_budget=1024), max_grad_norm=1e9, padding_free=False)
 PACKED = replace(PADDED, padding_free=True)
 
 
@@ -127,7 +127,7 @@ def test_every_loss_and_its_gradients_equal_the_padded_ones(loss):
 
 
 def sgd_step(settings: UpdateSettings, lengths=LENGTHS, empty=(), **kwargs):
-    policy = TrainingSetup(Precision(torch.float32, torch.float32)).prepare(model())
+    policy = TrainingSetup(Precision(torch.float32, torch.float32), padding_free=settings.padding_free).prepare(model())
     batch = ragged_batch(policy, lengths, empty)
     optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
     metrics = policy_update(policy, optimizer, batch, settings, step=1, **kwargs)
@@ -275,7 +275,7 @@ def test_an_attention_without_packed_support_is_a_config_error_at_start():
         ConfigError, match="no_varlen_attention.*padding_free: false.*sdpa.*flash_attention_2"
     ):
         TrainingSetup(Precision(torch.float32, torch.float32), padding_free=True).prepare(policy)
-    TrainingSetup(Precision(torch.float32, torch.float32)).prepare(policy)  # padded: no check needed
+    TrainingSetup(Precision(torch.float32, torch.float32), padding_free=False).prepare(policy)  # padded: no check needed
     check_attention(model(attention="sdpa"))  # sdpa passes
 
 
@@ -283,7 +283,7 @@ def test_an_attention_without_packed_support_is_a_config_error_at_start():
 def test_a_padding_free_setup_gives_an_sdpa_model_per_sequence_attention(attention, trained_with):
     setup = TrainingSetup(Precision(torch.float32, torch.float32), padding_free=True)
     assert setup.prepare(model(attention=attention)).config._attn_implementation == trained_with
-    padded = TrainingSetup(Precision(torch.float32, torch.float32)).prepare(model(attention="sdpa"))
+    padded = TrainingSetup(Precision(torch.float32, torch.float32), padding_free=False).prepare(model(attention="sdpa"))
     assert padded.config._attn_implementation == "sdpa"
 
 

@@ -169,7 +169,7 @@ def test_max_staleness_below_zero_and_without_a_ratio_cap_are_config_errors(make
     with pytest.raises(ConfigError, match="grpo.truncate_ratio"):
         make_cfg(grpo__max_staleness=1)
     with pytest.raises(ConfigError, match="'token'"):
-        make_cfg(grpo__is_level="tokens")
+        make_cfg(grpo__importance_level="tokens")
 
 
 def test_colocated_runs_stay_synchronous_and_say_why(make_cfg):

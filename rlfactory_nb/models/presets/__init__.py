@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from rlfactory_nb.errors import RegistryKeyError
 from rlfactory_nb.models.node import ModelFilesError, forbid_preset_builds, node_name
 from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
@@ -32,6 +33,8 @@ from rlfactory_nb.models.presets.warmstart import WarmStartConfig, warm_start
 from rlfactory_nb.storage import package_cache
 
 PRESETS = ("tiny-calculator",)
+THINKING = {"tiny-calculator": False}
+"""each preset's reasoning mode: the one its warm start trained (`rollout.enable_thinking` unset)"""
 RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), not only in config
 
 
@@ -107,7 +110,7 @@ def cached_preset(name: str, log: Callable[[str], None] = print) -> Path:
 
 def _check_name(name: str) -> None:
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; embedded presets: {', '.join(PRESETS)}")
+        raise RegistryKeyError(f"unknown preset {name!r}; embedded presets: {', '.join(PRESETS)}")
 
 
 def run_preset_command(args: argparse.Namespace) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -115,10 +114,4 @@ def build_tokenizer(
         tokenizer_object=core, eos_token=eos_token, clean_up_tokenization_spaces=False, model_max_length=4096, **special
     )
     tokenizer.chat_template = chat_template() if template is None else template
-    return tokenizer
-
-
-def save_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    tokenizer = build_tokenizer()
-    tokenizer.save_pretrained(str(path))
     return tokenizer

@@ -6,7 +6,7 @@ a share of them call the calculator and copy its result, the rest answer directl
 The model then calls the tool part of the time and is often wrong when it does not: room for RL.
 
 Copying digits (question -> expression, tool result -> answer) is the hard part for a 1M-parameter
-model, and a fixed training time sometimes falls short (see NOTES.md), so training runs until a
+model, and a fixed training time sometimes falls short (docs/decisions.md, "Warm-start"), so training runs until a
 quality gate passes on held-out questions, within a step budget. Every step draws new questions.
 
 The copy is learned first on short conversations that all call the tool (no tool list in the

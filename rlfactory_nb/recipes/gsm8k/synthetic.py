@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlfactory_nb.errors import ConfigError
+
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 """appended to every question, as verl's GSM8K preprocessing does"""
 SEEDS = {"train": 0, "heldout": 1}
@@ -125,5 +127,5 @@ def problems(n: int, seed: int) -> list[Problem]:
 def dataset(split: str, n: int) -> list[dict[str, Any]]:
     """`n` rows of "train" or "heldout" (disjoint seeds), in the layout verl's GSM8K parquet loads to."""
     if split not in SEEDS:
-        raise ValueError(f"split must be one of {', '.join(SEEDS)}, got {split!r}")
+        raise ConfigError(f"split must be one of {', '.join(SEEDS)}, got {split!r}")
     return [problem.row(split, index) for index, problem in enumerate(problems(n, SEEDS[split]))]

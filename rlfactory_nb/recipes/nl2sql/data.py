@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.recipes.nl2sql.database import CITIES, CUSTOMERS, PRODUCTS, SCHEMA, YEARS, ensure_database
 from rlfactory_nb.recipes.nl2sql.query import run_query
 from rlfactory_nb.types import Message
@@ -147,7 +148,7 @@ def dataset(split: str, n: int | None = None, seed: int = 0) -> list[dict[str, A
     """At most `n` rows of `split` ("train" or "heldout"), in an order shuffled by `seed`. There are
     a few hundred questions in all: asking for more gives them all."""
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     chosen = [question for question in questions(ensure_database()) if question.split == split]
     random.Random(f"nl2sql:{split}:{seed}").shuffle(chosen)
     return [question.row() for question in chosen[:n]]

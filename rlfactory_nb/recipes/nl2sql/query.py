@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlfactory_nb.errors import QueryError
+from rlfactory_nb.errors import PathNotFoundError, QueryError
 
 MAX_SQL_CHARS = 4000
 MAX_VALUE_BYTES = 100_000
@@ -69,7 +69,7 @@ def run_query(database: Path, sql: str, *, max_rows: int = 50, timeout_s: float 
 
 def _open_read_only(database: Path, timeout_s: float) -> sqlite3.Connection:
     if not database.is_file():
-        raise FileNotFoundError(f"no database at {database}")
+        raise PathNotFoundError(f"no database at {database}")
     connection = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
     connection.set_authorizer(_authorize)
     connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)

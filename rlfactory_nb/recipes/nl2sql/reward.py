@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.errors import SampleError
 from rlfactory_nb.recipes.nl2sql.database import ensure_database
 from rlfactory_nb.recipes.nl2sql.server import TOOL_NAME, answer
 from rlfactory_nb.rewards.values import RewardReturn
@@ -61,7 +62,7 @@ def same_result(result: ToolResult, sample: Sample) -> dict[str, float]:
         return {"score": 0.0, "ran": float(answered is not None)}
     gold = sample.ground_truth
     if not isinstance(gold, dict) or "rows" not in gold:
-        raise ValueError(f"sample {sample.id!r}: ground truth must be a dict with 'rows', got {gold!r:.80}")
+        raise SampleError(f"sample {sample.id!r}: ground truth must be a dict with 'rows', got {gold!r:.80}")
     mine, theirs = _normalized(answered["rows"]), _normalized(gold["rows"])
     same = mine == theirs if gold.get("ordered") else Counter(mine) == Counter(theirs)
     return {"score": float(same), "ran": 1.0}
