@@ -11,6 +11,11 @@ TEXT = (".py", ".md", ".yaml", ".yml", ".ipynb", ".toml", ".sh", ".jinja")
 ALLOWED = {
     ("tests/test_examples.py", "examples/calculator/mine.py"): "a path the test resolves on purpose, never read",
     ("tests/test_citations.py", "*"): "this file's own examples of citations",
+    ("rlfactory_nb/examples.py", "examples/calculator/reward.py"): "the planted file of a past attack, named as such",
+    ("rlfactory_nb/examples.py", "examples/x/reward.py"): "the shape of a config value, not a file",
+    ("docs/security.md", "examples/calculator/reward.py"): "the planted file of a past attack, named as such",
+    ("tests/faults/test_project_folder.py", "examples/planted/reward.py"): "the file the test plants",
+    ("bench/tool_parsers.py", "SOURCES.md"): "the reference templates' own file, outside the repository",
 }
 
 

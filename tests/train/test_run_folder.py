@@ -119,7 +119,8 @@ def _spelled_names(source: str) -> list[tuple[int, str]]:
     """(line, name) of each run-folder name written in a string literal (docstrings, comments and
     attribute names aside), f-strings included."""
     tree = ast.parse(source)
-    skipped = _docstrings(tree) | _attribute_names(tree)
+    dict_keys = {id(key) for node in ast.walk(tree) if isinstance(node, ast.Dict) for key in node.keys if key is not None}
+    skipped = _docstrings(tree) | _attribute_names(tree) | dict_keys  # a dict key is a field's name, not a path
     return [
         (node.lineno, name)
         for node in ast.walk(tree)
