@@ -10,7 +10,7 @@
     │                ChatError (RuntimeError)
     ├── ToolError: ServerStartError, ServerUnavailable, HandshakeError (RuntimeError),
     │              InvalidArguments (ValueError)
-    ├── RolloutError: TemplateError, TemplateBoundError (ValueError), DriftError (RuntimeError)
+    ├── RolloutError: TemplateError, TemplateBoundError (ValueError), DriftError, EpisodeError (RuntimeError)
     ├── ScoringError: RewardError, JudgeError (RuntimeError), InvalidRewardValue, JudgeParseError,
     │                 RewardModelError (ValueError), RewardLoadError (ImportError)
     ├── TrainingError (RuntimeError): StepFailed, StaleSamples
@@ -145,6 +145,15 @@ class TemplateBoundError(RolloutError, ValueError):
 
 class DriftError(RolloutError, RuntimeError):
     """drift_check="strict" and a rollout's ids differ from a full render of its messages ("warn" logs it)."""
+
+
+class EpisodeError(RolloutError, RuntimeError):
+    """An episode's environment failed (create, reset, a tool, respond, reward, close) or ran past the
+    episode timeout; `kind` says where. The rollout loop records it in the trajectory and goes on."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(f"environment failed in {kind}: {message}")
 
 
 class ScoringError(RLFactoryError):

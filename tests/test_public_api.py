@@ -18,7 +18,7 @@ PACKAGE = Path(rf.__file__).parent
 NOTEBOOKS = sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))
 
 PUBLIC = [
-    "Agent", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
+    "Agent", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "Environment", "EvalReport",
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
     "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolSet", "TrainingJob", "Trajectory",
     "agent_tool", "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors",
@@ -47,6 +47,7 @@ BUILT_IN_BASES = {
     "TemplateError": ValueError,
     "TemplateBoundError": ValueError,
     "DriftError": RuntimeError,
+    "EpisodeError": RuntimeError,
     "RewardError": RuntimeError,
     "InvalidRewardValue": ValueError,
     "RewardLoadError": ImportError,
@@ -79,7 +80,7 @@ def error_classes() -> dict[str, type]:
 
 def test_public_names_are_pinned_and_few():
     assert rf.__all__ == sorted(PUBLIC)
-    assert len(rf.__all__) <= 40
+    assert len(rf.__all__) <= 45
 
 
 def test_every_public_name_resolves():
