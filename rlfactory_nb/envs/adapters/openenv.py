@@ -182,7 +182,8 @@ async def _connect(url: str, timeout: float) -> Any:
     ws_url = url.rstrip("/").replace("https://", "wss://").replace("http://", "ws://") + "/ws"
     local = "://localhost" in ws_url or "://127.0.0.1" in ws_url
     try:
-        return await connect(ws_url, open_timeout=timeout, max_size=None, **({"proxy": None} if local else {}))
+        return await connect(ws_url, open_timeout=timeout, close_timeout=5.0, max_size=None,
+                             **({"proxy": None} if local else {}))
     except Exception as error:
         raise EpisodeError("reset", f"cannot open an OpenEnv session at {ws_url}: {type(error).__name__}: {error}") from error
 

@@ -95,12 +95,15 @@ class TextArenaEnvironment(Environment):
 
     def _new_observation(self) -> str:
         """What the game said since the model's last turn. TextArena's LLM wrapper repeats the whole
-        history in each observation; the model already holds it in its context, so only the new part
-        is sent."""
+        history in each observation, and echoes the model's move; the model already holds both in its
+        context, so only the game's new words are sent."""
         _player, observation = self.game.get_observation()
         text = observation if isinstance(observation, str) else str(observation)
-        new = text.removeprefix(self._seen)
+        new = text.removeprefix(self._seen).strip()
         self._seen = text
+        own_move, game_marker, after = new.partition("[GAME]")
+        if own_move.startswith("[Player]") and game_marker:  # the wrapper echoes the model's move first
+            new = game_marker + after
         return new.strip()
 
 
