@@ -65,6 +65,12 @@ def delta_text(
         cut = len(base) if full.startswith(eos, len(base)) else -1
     else:
         cut = base.rfind(eos)
+    if cut >= 0 and not full.startswith(base[: cut + len(eos)]) and _starts_a_new_query(new_messages):
+        # A user's reply starts a new query, and Qwen3-style templates then re-render the turns before
+        # it (past reasoning dropped): the rollout keeps the sampled ids (counted as expected drift),
+        # and the delta is what follows the same turn end in the new render.
+        cut = _nth(full, eos, base[: cut + len(eos)].count(eos))
+        return full[cut + len(eos) :] if cut >= 0 else _template_rewrites()
     if cut < 0 or not full.startswith(base[: cut + len(eos)]):
         raise TemplateError(
             "the chat template re-renders earlier turns when messages are appended, so turn-by-turn "
@@ -72,6 +78,28 @@ def delta_text(
             "of the render of its continuation"
         )
     return full[cut + len(eos) :]
+
+
+def _starts_a_new_query(messages: Sequence[Message]) -> bool:
+    return any(message.get("role") not in ("tool", "ipython", "function") for message in messages)
+
+
+def _nth(text: str, marker: str, count: int) -> int:
+    """Where the `count`-th occurrence of `marker` in `text` starts (-1: fewer occurrences)."""
+    position = -1
+    for _ in range(count):
+        position = text.find(marker, position + 1)
+        if position < 0:
+            return -1
+    return position
+
+
+def _template_rewrites() -> str:
+    raise TemplateError(
+        "the chat template re-renders earlier turns when a user message is appended and drops turn ends "
+        "while doing so, so turn-by-turn token assembly is impossible; use a template whose render of a "
+        "conversation keeps one turn end per turn"
+    )
 
 
 def delta_ids(
