@@ -13,12 +13,11 @@ import pytest
 
 import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
-from rlfactory_nb.envs import Response
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.recipes.shop.build_data import tasks
-from rlfactory_nb.recipes.shop.env import STOP, ScriptedCustomer, Shop, goal_state, shop_env
+from rlfactory_nb.recipes.shop.env import ScriptedCustomer, Shop, goal_state, shop_env
 from rlfactory_nb.recipes.shop.world import SEED, episode_database, orders_digest
-from rlfactory_nb.types import ToolCall
+from rlfactory_nb.types import ToolCall, Turn
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "shop" / "data"
 CALL = '<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
@@ -69,7 +68,7 @@ def test_each_episode_has_its_own_database_and_close_removes_it():
     order_id = row["gold_actions"][0]["arguments"]["order_id"]
     first, second = Shop(), Shop()
     for env in (first, second):
-        env.reset(row, seed=0)
+        asyncio.run(env.reset(row, seed=0))
     [done] = asyncio.run(first.call_tools([ToolCall("cancel_order", {"order_id": order_id})]))
     assert done.ok and "cancelled" in done.content
     assert first.reward() == 1.0 and second.reward() == 0.0  # the second shop never saw the change
@@ -78,14 +77,14 @@ def test_each_episode_has_its_own_database_and_close_removes_it():
     folders = [first.folder, second.folder]
     assert all(f.exists() for f in folders)
     for env in (first, second):
-        env.close()
-        env.close()  # twice is harmless
+        asyncio.run(env.close())
+        asyncio.run(env.close())  # twice is harmless
     assert not any(f.exists() for f in folders)
 
 
 def test_tools_follow_the_shop_policy():
     shop = Shop()
-    shop.reset(a_row("cancel", feasible=False), seed=0)
+    asyncio.run(shop.reset(a_row("cancel", feasible=False), seed=0))
     listing = asyncio.run(shop.call_tools([ToolCall("find_orders", {"email": "nobody@example.com"})]))[0]
     assert listing.content.startswith("Error: no customer")
     shipped = next(o for o in orders_digest(shop.db) if o[3] != "pending")
@@ -95,18 +94,18 @@ def test_tools_follow_the_shop_policy():
     ]))
     assert "only pending" in results[0].content and results[1].content == "Error: no order #1"
     assert shop.reward() == 1.0  # a refusal leaves the goal state (untouched) in place
-    shop.close()
+    asyncio.run(shop.close())
 
 
 def test_the_scripted_customer_replies_in_order_then_stops():
-    row = a_row("cancel")
     customer = ScriptedCustomer()
-    conversation = list(row["messages"])
-    first = customer.reply(row, conversation + [{"role": "assistant", "content": "Shall I?"}])
+    customer.reset(a_row("cancel"), seed=0)
+    first = customer.respond(Turn(text="Shall I?"))
     assert first.messages[0]["content"] == "Yes, please go ahead." and not first.done and first.speaker == "user"
-    conversation += [{"role": "assistant", "content": "Shall I?"}, *first.messages, {"role": "assistant", "content": "Done."}]
-    last = customer.reply(row, conversation)
-    assert last.done and STOP not in last.messages[0]["content"]
+    last = customer.respond(Turn(text="Done."))
+    assert last.done and last.messages[0]["content"] == "Thanks, that is all."  # the marker is not said
+    with pytest.raises(TypeError, match="class or factory"):
+        Shop(customer)
 
 
 async def rollout(tokenizer, row, replies, user=None):
@@ -150,10 +149,8 @@ async def test_a_wrong_or_forbidden_action_scores_zero_and_a_refusal_scores_one(
     assert (wrong, idle, refused) == (0.0, 0.0, 1.0)
 
 
-async def test_any_customer_object_can_answer(tokenizer):
-    class Impatient:
-        def reply(self, row, conversation):
-            return Response([{"role": "user", "content": "Never mind."}], done=True, speaker="user")
-
-    traj, reward = await rollout(tokenizer, a_row("cancel"), ["Which order?"], user=Impatient)
+async def test_a_user_simulator_plays_the_customer(tokenizer):
+    traj, reward = await rollout(tokenizer, a_row("cancel"), ["Which order?", "Goodbye."],
+                                 user=lambda: rf.UserSimulator(replies=["Never mind. ###STOP###"]))
     assert reward == 0.0 and traj.num_turns == 1
+    assert traj.metadata["user_tokens"] > 0 and traj.metadata["env_state"] == {"actions": [], "goal_reached": False}

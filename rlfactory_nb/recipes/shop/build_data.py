@@ -5,7 +5,7 @@
 Each row is one customer with one request: cancel a pending order, send a pending order to a new
 address, or cancel an order that has already shipped (which the agent must refuse: its goal state is
 the untouched database). The row carries the opening messages, the customer's instructions and
-scripted replies (`user`), and the gold actions that define the goal state (`gold_actions`).
+scripted replies (`instructions`, read by rf.UserSimulator, and `user_replies`), and the gold actions that define the goal state (`gold_actions`).
 Customers are split between train and held-out, so held-out tasks concern customers never trained on.
 """
 
@@ -61,14 +61,12 @@ def task(rng: random.Random, name: str, email: str, order_id: int, item: str, st
         "task": kind,
         "gold_actions": gold,
         "ground_truth": goal,
-        "user": {
-            "instructions": (
-                f"You are {name} ({email}), a shop customer. Your request: {ask}. Answer the agent's "
-                f"questions briefly and confirm when asked. When the request is done or refused, thank "
-                f"the agent and end with ###STOP###."
-            ),
-            "replies": ["Yes, please go ahead.", THANKS],
-        },
+        "instructions": (
+            f"You are {name} ({email}), a shop customer. Your request: {ask}. Answer the agent's "
+            f"questions briefly and confirm when asked. When the request is done or refused, thank "
+            f"the agent and end with ###STOP###."
+        ),
+        "user_replies": ["Yes, please go ahead.", THANKS],
     }
 
 

@@ -7,71 +7,79 @@ the goal state, made by replaying the task's gold actions on a second fresh copy
 does). Shop policy lives in the tools: only pending orders may be cancelled or re-addressed, so some
 requests must be refused, and then the goal state is the untouched database.
 
-    env = shop_env()                        # the customer replays the row's scripted replies
-    env = shop_env(user=rf.UserSimulator(engine=...))   # or any simulated user (see `Customer`)
+    env = shop_env()                                             # the row's scripted replies
+    env = shop_env(user=lambda: rf.UserSimulator(engine=judge))  # a model plays the customer
     agent = rf.Agent(policy, env=env)
+
+The customer is any environment-shaped user: `reset(row, seed=)`, `respond(turn) -> Response`,
+`close()` (sync or async), such as `rf.UserSimulator`, which reads the row's `instructions` column.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import shutil
 import sqlite3
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rlfactory_nb.envs.base import Environment, Response, bound_tools
 from rlfactory_nb.recipes.shop.world import SEED, episode_database, orders_digest
 from rlfactory_nb.tools.python import tool
-from rlfactory_nb.types import Message, Turn
+from rlfactory_nb.types import Turn
 
 STOP = "###STOP###"
 """what a customer writes when the conversation is over (tau2-bench's marker)"""
 
 
-class Customer(Protocol):
-    """Who answers the agent: `reply(row, conversation) -> Response` (done when the customer stops)."""
+class ScriptedCustomer(Environment):
+    """The customer of tests and of the CPU demo: says the row's `user_replies` in order, then stops
+    (a reply holding the stop marker ends the episode)."""
 
-    def reply(self, row: dict[str, Any], conversation: Sequence[Message]) -> Response: ...
+    def __init__(self) -> None:
+        self.replies: list[str] = []
+        self.turns = 0
 
+    def reset(self, row: dict[str, Any], *, seed: int) -> None:
+        self.replies, self.turns = list(row.get("user_replies") or [STOP]), 0
 
-class ScriptedCustomer:
-    """The customer of tests and of `make demo`: says the row's `user.replies` in order, then stops."""
-
-    def reply(self, row: dict[str, Any], conversation: Sequence[Message]) -> Response:
-        replies = list((row.get("user") or {}).get("replies") or [STOP])
-        said = sum(1 for m in conversation if m["role"] == "user") - 1  # the opening request is the row's
-        text = replies[min(max(said, 0), len(replies) - 1)]
-        done = STOP in text
+    def respond(self, turn: Turn) -> Response:
+        text = self.replies[min(self.turns, len(self.replies) - 1)]
+        self.turns += 1
         content = text.replace(STOP, "").strip()
-        return Response([{"role": "user", "content": content}] if content else [], done=done, speaker="user")
+        return Response([{"role": "user", "content": content}] if content else [], done=STOP in text, speaker="user")
 
 
-def shop_env(user: Customer | Callable[[], Customer] | None = None, seed: int = SEED) -> Callable[[], Shop]:
-    """A factory of Shop episodes answered by `user` (default: the row's scripted replies)."""
+UserFactory = Callable[[], Environment]
+
+
+def shop_env(user: UserFactory | None = None, seed: int = SEED) -> Callable[[], Shop]:
+    """A factory of Shop episodes, each with its own customer from `user` (a class or zero-argument
+    factory, e.g. `lambda: rf.UserSimulator(engine=...)`; default: the row's scripted replies)."""
     return functools.partial(Shop, user, seed)
 
 
 class Shop(Environment):
     """One customer conversation over the episode's own copy of the shop database."""
 
-    def __init__(self, user: Customer | Callable[[], Customer] | None = None, seed: int = SEED):
-        self.customer = _customer(user)
+    def __init__(self, user: UserFactory | None = None, seed: int = SEED):
+        if isinstance(user, Environment):
+            raise TypeError("shop_env(user=...) takes a class or factory: each episode needs its own customer")
+        self.customer: Environment = (user or ScriptedCustomer)()
         self.seed = seed
         self.folder: Path | None = None
         self.db: sqlite3.Connection | None = None
         self.goal: tuple[tuple, ...] = ()
-        self.row: dict[str, Any] = {}
-        self.conversation: list[Message] = []
         self.actions: list[str] = []
 
-    def reset(self, row: dict[str, Any], *, seed: int) -> None:
-        self.row = row
-        self.conversation = [dict(m) for m in row.get("messages", [])]  # type: ignore[misc]
-        self._open()
-        self.goal = goal_state(self.seed, row.get("gold_actions") or [])
+    async def reset(self, row: dict[str, Any], *, seed: int) -> None:
+        await asyncio.to_thread(self._open)
+        self.goal = await asyncio.to_thread(goal_state, self.seed, row.get("gold_actions") or [])
+        await _maybe_await(self.customer.reset(row, seed=seed))
 
     @tool
     def find_orders(self, email: str) -> str:
@@ -115,11 +123,8 @@ class Shop(Environment):
         """
         return self._change(order_id, "re-address", "UPDATE orders SET address = ? WHERE id = ?", (address.strip(), order_id))
 
-    def respond(self, turn: Turn) -> Response:
-        self.conversation.append({"role": "assistant", "content": turn.answer if turn.answer is not None else turn.text})
-        response = self.customer.reply(self.row, self.conversation)
-        self.conversation.extend(response.messages)
-        return response
+    async def respond(self, turn: Turn) -> Response | None:
+        return await _maybe_await(self.customer.respond(turn))
 
     def reward(self) -> float:
         return float(self.db is not None and orders_digest(self.db) == self.goal)
@@ -127,7 +132,13 @@ class Shop(Environment):
     def state(self) -> dict[str, Any]:
         return {"actions": list(self.actions), "goal_reached": bool(self.reward())}
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        try:
+            await _maybe_await(self.customer.close())
+        finally:
+            self._close_database()
+
+    def _close_database(self) -> None:
         if self.db is not None:
             self.db.close()
             self.db = None
@@ -162,7 +173,7 @@ class Shop(Environment):
 
 def goal_state(seed: int, gold_actions: Sequence[dict[str, Any]]) -> tuple[tuple, ...]:
     """The orders table after the task's gold actions, replayed on a fresh copy of the shop."""
-    replay = Shop(ScriptedCustomer(), seed)
+    replay = Shop(None, seed)
     replay._open()
     try:
         tools = bound_tools(replay)
@@ -170,12 +181,9 @@ def goal_state(seed: int, gold_actions: Sequence[dict[str, Any]]) -> tuple[tuple
             tools[action["name"]](**action["arguments"])
         return orders_digest(replay._db)
     finally:
-        replay.close()
+        replay._close_database()
 
 
-def _customer(user: Customer | Callable[[], Customer] | None) -> Customer:
-    if user is None:
-        return ScriptedCustomer()
-    if isinstance(user, type) or not hasattr(user, "reply"):
-        return user()  # type: ignore[operator]  # a class or factory: one customer per episode
-    return user  # type: ignore[return-value]
+async def _maybe_await(value: Any) -> Any:
+    """A user's methods may be sync or async (rf.UserSimulator's respond is async)."""
+    return await value if inspect.isawaitable(value) else value
