@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "LLMJudge": "rewards.judge",
     "RewardLab": "rewards.lab",
     "Agent": "rollout.agent",
-    "Environment": "envs.base",
+    **dict.fromkeys(["Environment", "UserSimulator"], "envs"),
     "format_trajectory": "rollout.display",
     "build_tools": "runtime",
     # `train` itself is not exported: it would shadow the `rlfactory_nb.train` subpackage

@@ -20,7 +20,7 @@ NOTEBOOKS = sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))
 PUBLIC = [
     "Agent", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "Environment", "EvalReport",
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
-    "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolSet", "TrainingJob", "Trajectory",
+    "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolSet", "TrainingJob", "Trajectory", "UserSimulator",
     "agent_tool", "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors",
     "evaluate", "evaluate_sync", "example", "export", "format_trajectory", "launch", "model_tool", "rewards", "tool",
     "tools", "train_sync",

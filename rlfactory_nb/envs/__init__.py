@@ -13,6 +13,7 @@ from rlfactory_nb.envs.base import (
     bound_tools,
     env_factory,
 )
+from rlfactory_nb.envs.user import UserSimulator
 from rlfactory_nb.errors import EpisodeError
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Response",
     "Speaker",
     "ToolSetEnvironment",
+    "UserSimulator",
     "bound_tools",
     "env_factory",
 ]
