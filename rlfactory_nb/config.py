@@ -117,6 +117,18 @@ class RolloutConfig:
     """trajectories generating or calling tools at once"""
     drift_check: Literal["strict", "warn", "off"] = "warn"
     """compare rollout ids with a full chat-template render: raise, warn, or skip"""
+    env: NonEmptyStr | None = None
+    """an Environment per trajectory, as "module:Class" (or a zero-argument factory); unset: the
+    tools file's ToolSet is the environment (rlfactory_nb/envs/)"""
+    env_timeout_s: PositiveFloat | None = None
+    """seconds one episode may spend in its steps; past it the episode ends with a "timeout" error"""
+    max_open_envs: PositiveInt | None = None
+    """environment instances running at once (each may hold a process or a database); unset: no bound"""
+    env_reward: Literal["auto", "reward", "logged", "off"] = "auto"
+    """the environment's own reward (its `reward()`): the training reward, logged beside the run's
+    reward function, or unused; "auto": the training reward unless the run names a reward of its own"""
+    env_error_reward: float | None = 0.0
+    """the reward of an episode whose environment failed (raised, timed out); None: score it as usual"""
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb._views import view_of
-from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config import RewardConfig, RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.engines.base import Engine
+from rlfactory_nb.envs.base import EnvReward
 from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rewards.runner import RewardRunner
@@ -143,17 +144,40 @@ class Runtime:
 
     @property
     def reward(self) -> RewardRunner:
-        """The run's reward runner: the kernel's functions, else the config's `reward.function`."""
+        """The run's reward runner: the kernel's functions, else the config's `reward.function`; with
+        an environment, its own reward too, as "env" (first or logged beside, `rollout.env_reward`)."""
         if self._reward is None:
-            self._reward = RewardRunner.from_config(self.cfg.reward, self.objects.reward)
+            runner = RewardRunner.from_config(self.cfg.reward, self.objects.reward)
+            use = self.env_reward_use()
+            if use != "off":
+                runner = runner.with_function("env", EnvReward(self.cfg.rollout.env_error_reward or 0.0), first=use == "reward")
+            self._reward = runner
         return self._reward
+
+    @property
+    def env(self) -> Any:
+        """The run's Environment class or factory (the kernel's, else `rollout.env`); None: the ToolSet."""
+        return self.objects.env if self.objects.env is not None else self.cfg.rollout.env
+
+    def env_reward_use(self) -> str:
+        """How the environment's reward is used: "reward", "logged" or "off" (`rollout.env_reward`;
+        "auto" trains on it unless the run names a reward function of its own)."""
+        use = self.cfg.rollout.env_reward
+        if self.env is None:
+            return "off"
+        if use != "auto":
+            return use
+        named = self.objects.reward is not None or self.cfg.reward.function != RewardConfig().function
+        return "logged" if named else "reward"
 
     def agent(self, temperature: float | None = None, drift: DriftMode | None = None) -> Agent:
         """The run's Agent at `temperature` (None: the config's; 0: greedy); `drift` replaces
         `rollout.drift_check`."""
         if self.policy is None and self.engine is None:
             raise ValueError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
-        return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift)
+        return Agent.from_config(
+            self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift, env=self.objects.env
+        )
 
     # ------------------------------------------------------------------ the run's rows
 

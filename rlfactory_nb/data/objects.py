@@ -53,6 +53,7 @@ import cloudpickle  # the pickler Ray uses (it vendors a copy), without importin
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.envs.base import env_factory
 from rlfactory_nb.errors import ObjectTransferError, UntrustedRunObjects
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
@@ -73,6 +74,8 @@ class RunObjects:
     """tools added to the config's tools file"""
     train_data: list[Row] | None = None
     eval_data: list[Row] | None = None
+    env: Callable[..., Any] | None = None
+    """the Environment class or factory each trajectory gets an instance of (`rollout.env` from the kernel)"""
 
     @classmethod
     def of(
@@ -81,6 +84,7 @@ class RunObjects:
         tools: ExtraTools | None = None,
         train_data: Any = None,
         eval_data: Any = None,
+        env: Any = None,
     ) -> RunObjects:
         """Check and normalize what a user passed; every mistake names the argument."""
         if reward is not None:
@@ -94,6 +98,7 @@ class RunObjects:
             tools=extra_tools(tools),
             train_data=None if train_data is None else load_rows(train_data, what="train_data"),
             eval_data=None if eval_data is None else load_rows(eval_data, what="eval_data"),
+            env=None if env is None else env_factory(env),
         )
 
     @property
@@ -114,6 +119,8 @@ class RunObjects:
             function = getattr(config.target, "fn", config.target)
             if callable(function):
                 labelled.append((f"tool {getattr(config.target, 'name', function.__name__)!r}", function))
+        if self.env is not None:  # travels by value like the functions: its module may be the user's
+            labelled.append((f"env {getattr(self.env, '__name__', type(self.env).__name__)!r}", self.env))
         return labelled
 
     # ------------------------------------------------------------------ travel

@@ -6,6 +6,7 @@ from rlfactory_nb.envs.base import (
     EnvErrorKind,
     EnvFactory,
     Environment,
+    EnvReward,
     Reset,
     Response,
     Speaker,
@@ -19,6 +20,7 @@ from rlfactory_nb.errors import EpisodeError
 __all__ = [
     "EnvErrorKind",
     "EnvFactory",
+    "EnvReward",
     "Environment",
     "EpisodeError",
     "Reset",

@@ -174,6 +174,24 @@ class ToolSetEnvironment(Environment):
         return list(await self.toolset.call_many([(call.name, call.arguments) for call in calls]))
 
 
+@dataclass(frozen=True)
+class EnvReward:
+    """The environment's own reward as a reward function named "env": what `reward()` returned (or
+    the last `Response.reward`), kept in `metadata["env_reward"]` before the instance closed;
+    `error_reward` for an episode whose environment failed, 0.0 for one that gave none."""
+
+    error_reward: float = 0.0
+    __name__ = "env"
+
+    def __call__(self, sample: Any) -> float | dict[str, float]:
+        if "env_error" in sample.metadata:
+            return self.error_reward
+        value = sample.metadata.get("env_reward")
+        if isinstance(value, dict):
+            return {str(key): float(number) for key, number in value.items()}
+        return 0.0 if value is None else float(value)
+
+
 EnvFactory = Callable[[], Environment]
 """a class or zero-argument callable that makes one episode's Environment"""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -237,6 +238,7 @@ class Trainer:
             **timer.seconds(),
             **self._overlap(trained, ready.waited_s, timer),
             **self.reward.usage_metrics(),  # the judge's requests, tokens and latency since the last row
+            **self.agent.episode_metrics(reset=True),  # episodes opened and closed, env errors by kind, env time
         }
         sampled = sum(traj.num_sampled_tokens for group in groups for traj in group)
         row["throughput/sampled_tokens_per_s"] = sampled / max(row["time/rollout_s"], 1e-9)
@@ -270,7 +272,8 @@ class Trainer:
                 return SampleId(grpo.seed, step, first + prompt, sample)
 
             in_flight = self.cfg.rollout.max_in_flight
-            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id)
+            keep_open = self.agent.env_factory is not None  # rewards read `sample.env` before it closes
+            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id, keep_open=keep_open)
             return await self._on_backend(step, "the rollouts", work, actor_deaths_only=True)
 
         return rollout
@@ -297,7 +300,21 @@ class Trainer:
             ) from error
 
     async def score(self, groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
-        return await self.reward.score_groups([[Sample.from_trajectory(traj) for traj in group] for group in groups])
+        """Score with each episode's environment still open (`sample.env`), then close them; an
+        episode whose environment failed gets `rollout.env_error_reward` (when set)."""
+        agent = self.agent
+        try:
+            samples = [[Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups]
+            outcomes = await self.reward.score_groups(samples)
+        finally:
+            await agent.close_episodes([traj for group in groups for traj in group])
+        failed, value = "env_error", self.cfg.rollout.env_error_reward
+        if value is None:
+            return outcomes
+        return [
+            [dataclasses.replace(o, score=value) if failed in traj.metadata else o for traj, o in zip(group, scored)]
+            for group, scored in zip(groups, outcomes)
+        ]
 
     def advantages(
         self, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]]
@@ -400,6 +417,7 @@ async def train(
     train_data: Any = None,
     eval_data: Any = None,
     trust_run_objects: bool = False,
+    env: Any = None,
 ) -> TrainResult:
     """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring.
 
@@ -408,9 +426,10 @@ async def train(
     datasets.Dataset); they are kept in the run folder, so `resume=True` needs them only to change them.
     trust_run_objects: on resume, load the folder's objects even without this user's signature
     (data/objects.py: they run code; read code/reward.py first).
+    env: an Environment class or factory, one instance per trajectory (`rollout.env` from the kernel).
     """
     runner = reward if isinstance(reward, RewardRunner) else None
-    objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data)
+    objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data, env)
     upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up
     trainer = Trainer(cfg, policy, runner, objects, trust_run_objects, run_dir=upload.local if upload else None)
     try:
