@@ -157,8 +157,10 @@ class Episode:
                 return method(*args, **kwargs)
             value = await asyncio.get_running_loop().run_in_executor(_threads(), lambda: method(*args, **kwargs))
             return await value if inspect.isawaitable(value) else value
-        except (asyncio.CancelledError, EpisodeError):
+        except asyncio.CancelledError:
             raise
+        except EpisodeError as error:  # an adapter names its own failure (a server gone, a refused session)
+            raise self.failed(error.kind, error)
         except Exception as error:
             raise self.failed(kind, error) from error
         finally:
