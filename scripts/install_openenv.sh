@@ -14,7 +14,7 @@ venv="${1:-$repo_root/.venv-openenv}"
 OPENENV_VERSION="0.10.0"
 
 if [[ ! -x "$venv/bin/python" ]]; then
-    python3 -m venv "$venv"
+    "${PYTHON:-python3}" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet "openenv==$OPENENV_VERSION"
 "$venv/bin/python" - <<'PY'
