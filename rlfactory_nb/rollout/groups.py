@@ -39,6 +39,7 @@ async def rollout_groups(
     until `agent.close_episodes()`; if the rollouts fail, the ones kept so far are closed.
     """
     limit = asyncio.Semaphore(max_in_flight)
+    finished: list[Trajectory] = []
     bar = tqdm(total=len(rows) * group_size, desc="rollouts", disable=not progress, leave=False)
 
     async def one(prompt_index: int, sample_index: int) -> Trajectory:
@@ -47,15 +48,21 @@ async def rollout_groups(
         async with limit:
             sample_id = sample_ids(prompt_index, sample_index) if sample_ids is not None else None
             traj = await agent.rollout(row, metadata, sample_id, keep_open=keep_open)
+        finished.append(traj)
         bar.update(1)
         return traj
 
+    tasks = [asyncio.ensure_future(one(p, s)) for p in range(len(rows)) for s in range(group_size)]
     try:
-        groups = [[one(p, s) for s in range(group_size)] for p in range(len(rows))]
-        flat = await asyncio.gather(*(task for group in groups for task in group))
+        flat = await asyncio.gather(*tasks)
     except BaseException:
+        # The others stop too (each closes its episode as it is cancelled), and the episodes kept
+        # open so far are closed: only this call's, as another step's rollouts may hold theirs.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if keep_open:
-            await agent.close_episodes()
+            await agent.close_episodes(finished)
         raise
     finally:
         bar.close()
