@@ -74,9 +74,10 @@ class GuessEnvironment(MCPEnvironment):
 
     def reset(
         self, seed: int | None = None, episode_id: str | None = None, low: int = 1, high: int = 100,
-        **kwargs: Any,
+        max_guesses: int = 8, **kwargs: Any,
     ) -> Observation:
         self._target = random.Random(seed).randint(int(low), int(high))
+        self._max_guesses = int(max_guesses)
         self._state = GuessState(episode_id=episode_id or str(uuid4()), low=int(low), high=int(high))
         return GuessObservation(message=f"I picked a number between {low} and {high}. Guess it.")
 
