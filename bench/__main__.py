@@ -29,6 +29,7 @@ ORDER = (
     "tool_calls",
     "tool_cache",
     "tool_parsers",
+    "envs_openenv",
     "engines",
     "grpo_step",
     "memory",
