@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.recipes.shop.build_data import tasks
+from rlfactory_nb.recipes.shop.build_data import SYSTEM, tasks
 from rlfactory_nb.recipes.shop.env import ScriptedCustomer, Shop, goal_state, shop_env
 from rlfactory_nb.recipes.shop.world import SEED, episode_database, orders_digest
 from rlfactory_nb.types import ToolCall, Turn
@@ -154,3 +157,29 @@ async def test_a_user_simulator_plays_the_customer(tokenizer):
                                  user=lambda: rf.UserSimulator(replies=["Never mind. ###STOP###"]))
     assert reward == 0.0 and traj.num_turns == 1
     assert traj.metadata["user_tokens"] > 0 and traj.metadata["env_state"] == {"actions": [], "goal_reached": False}
+
+
+@pytest.mark.slow
+def test_the_example_trains_two_steps_on_the_tiny_model(tmp_path):
+    """`rlfactory-nb train examples/shop/config.yaml`: two GRPO steps of the tiny-calculator preset on
+    the shop, episodes made from `rollout.env`, the environment's reward as the training reward."""
+    root = Path(__file__).resolve().parents[2]
+    command = [
+        str(Path(sys.executable).with_name("rlfactory-nb")), "train", str(root / "examples" / "shop" / "config.yaml"),
+        "grpo.steps=2", "grpo.prompts_per_step=2", "grpo.group_size=2", "grpo.eval_every=2",
+        "grpo.checkpoint_every=2", "data.eval_size=2", "rollout.max_turns=3", f"output_dir={tmp_path}",
+    ]
+    done = subprocess.run(command, check=False, cwd=root, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "finished step 2 of 2" in done.stdout
+    run = tmp_path / "shop-tiny"
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    last = metrics[-1]
+    assert {"reward/env", "env/episodes_opened", "env/episodes_closed", "eval/sampled_reward/mean"} <= set(last), sorted(last)
+    assert last["env/episodes_opened"] == last["env/episodes_closed"] >= 4
+    trajectories = [json.loads(line) for path in (run / "trajectories").glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert len(trajectories) == 8
+    assert all(t["messages"][0]["content"] == SYSTEM for t in trajectories)
+    assert all("env_state" in t["metadata"] for t in trajectories)
