@@ -117,14 +117,16 @@ class Episode:
         stats.opened += 1
         return episode
 
-    async def open(self, slots: asyncio.Semaphore | None = None) -> Environment:
-        """Take one of `slots` (the bound on running episodes) and make the instance off the event
-        loop (EpisodeError "create" if the factory raises)."""
-        if self.instance is not None:
-            return self.instance
-        if slots is not None:
+    async def take_slot(self, slots: asyncio.Semaphore | None) -> None:
+        """Wait for one of `slots` (the bound on running episodes); the wait is not the episode's time."""
+        if slots is not None and not self._holds_slot:
             await slots.acquire()
             self._slots, self._holds_slot = slots, True
+
+    async def open(self) -> Environment:
+        """Make the instance off the event loop (EpisodeError "create" if the factory raises)."""
+        if self.instance is not None:
+            return self.instance
         started = time.perf_counter()
         try:
             self.instance = await asyncio.get_running_loop().run_in_executor(_threads(), self.factory)
@@ -169,6 +171,8 @@ class Episode:
     def failed(self, kind: str, error: BaseException) -> EpisodeError:
         """Record the episode's (first) failure and count it."""
         named = error if isinstance(error, EpisodeError) else EpisodeError(kind, f"{type(error).__name__}: {error}")
+        if named is not error:
+            named.__cause__ = error
         if self.error is None:
             self.error = named
             self.stats.errors[named.kind] += 1

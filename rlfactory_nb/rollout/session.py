@@ -143,33 +143,39 @@ class AgentSession:
 
     async def _bounded_step(self) -> Turn | None:
         """One step under what is left of the episode timeout; a failure or the timeout ends the
-        episode as data, anything else (a cancellation, a DriftError) closes it and goes on up."""
+        episode as data, anything else (a cancellation, a DriftError) closes it and goes on up.
+        An ended episode's reward and close run after the step, outside its timeout (close has a
+        bound of its own), so a slow close is counted as one and not as the episode's timeout."""
         timeout = self.agent.env_limits.timeout_s
         remaining = None if timeout is None else max(timeout - self._spent_s, 0.0)
         turns = self.trajectory.num_turns
+        if not self.opened:
+            await self.episode.take_slot(self.agent._slots())
         started = time.perf_counter()
         try:
             async with asyncio.timeout(remaining) as bound:
                 try:
                     if not self.opened:
                         await self._open()
-                    return await self._step()
+                    turn = await self._step()
                 except EpisodeError as error:
-                    return await self._fail(error, turns)
+                    turn = self._fail(error, turns)
         except TimeoutError:
             if not bound.expired():
                 raise
-            error = self.episode.failed("timeout", TimeoutError(f"the episode ran past env_timeout_s={timeout}"))
-            return await self._fail(error, turns)
+            turn = self._fail(self.episode.failed("timeout", TimeoutError(f"the episode ran past env_timeout_s={timeout}")), turns)
         except BaseException:
             self.done = True
             await self._end_episode(score=False)
             raise
         finally:
             self._spent_s += time.perf_counter() - started
+        if self.done:
+            await self._end_episode()
+        return turn
 
     async def _open(self) -> None:
-        await self.episode.open(self.agent._slots())
+        await self.episode.open()
         self.opened = True
         result = None
         if self.episode.overrides("reset"):
@@ -204,30 +210,30 @@ class AgentSession:
     async def _step(self) -> Turn | None:
         agent, traj, progress = self.agent, self.trajectory, self._progress
         if traj.num_turns >= agent.max_turns:
-            return await self._finish("max_turns", None)
+            return self._finish("max_turns", None)
         budget = agent.max_total_tokens - len(progress.all_ids)
         if budget <= 0:
-            return await self._finish("length", None)
+            return self._finish("length", None)
         seed = self.sample_id.turn_seed(traj.num_turns) if self.sample_id is not None else None
         turn = await agent.generate(traj, progress, budget, seed)
         if turn.finish_reason == "length":
-            return await self._finish("length", turn)
+            return self._finish("length", turn)
         if turn.calls or turn.parse_errors:
             if traj.num_turns >= agent.max_turns:
                 # The model would never read these results: no tool time, and no masked feedback tokens
                 # that every later forward pass (training, reference, recompute) would have to carry.
-                return await self._finish("max_turns", turn)
+                return self._finish("max_turns", turn)
             answer = await agent.call_tools(turn, self.episode)
         else:
             response = await self._respond(turn)
             if response is None or response.done:
-                return await self._finish("stop", turn)
+                return self._finish("stop", turn)
             if traj.num_turns >= agent.max_turns:
-                return await self._finish("max_turns", turn)
+                return self._finish("max_turns", turn)
             answer = [dict(message) for message in response.messages]
         delta = delta_ids(agent.tokenizer, answer, agent.enable_thinking, agent.chat_format, traj.messages[-1])
         if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
-            return await self._finish("length", turn)
+            return self._finish("length", turn)
         progress.add(delta, sampled=False)
         traj.messages.extend(answer)  # type: ignore[arg-type]
         turn.state = self.episode.state()
@@ -260,24 +266,19 @@ class AgentSession:
             metadata["user_tokens"] = metadata.get("user_tokens", 0) + tokens
             metadata["user_s"] = metadata.get("user_s", 0.0) + seconds
 
-    async def _fail(self, error: EpisodeError, turns_before: int) -> Turn | None:
+    def _fail(self, error: EpisodeError, turns_before: int) -> Turn | None:
         """End the episode as data: finish_reason "error", the error named in the metadata."""
         self.trajectory.metadata["env_error"] = env_error_record(error)
-        turn = self.trajectory.turns[-1] if self.trajectory.num_turns > turns_before else None
         self.trajectory.finish_reason = "error"
         self.done = True
-        await self._end_episode()
-        return turn
+        return self.trajectory.turns[-1] if self.trajectory.num_turns > turns_before else None
 
-    async def _finish(self, reason: FinishReason, turn: Turn | None) -> Turn | None:
+    def _finish(self, reason: FinishReason, turn: Turn | None) -> Turn | None:
         self.trajectory.finish_reason = reason
         self.done = True
-        try:
-            self.agent.check_drift(self.trajectory, self._tools)
-        finally:
-            await self._end_episode()
         if turn is not None and turn.state is None:
             turn.state = self.episode.state()
+        self.agent.check_drift(self.trajectory, self._tools)
         return turn
 
     async def _end_episode(self, score: bool = True) -> None:
@@ -289,11 +290,12 @@ class AgentSession:
             return
         if score and episode.error is None and episode.overrides("reward"):
             try:
-                value = await episode.call("reward", "reward")
+                value = await asyncio.wait_for(episode.call("reward", "reward"), self.agent.env_limits.timeout_s)
                 if value is not None:
                     traj.metadata["env_reward"] = value
-            except EpisodeError as error:
-                traj.metadata["env_error"] = env_error_record(error)
+            except (EpisodeError, TimeoutError) as error:
+                failure = episode.failed("reward", error)
+                traj.metadata["env_error"] = env_error_record(failure)
                 traj.finish_reason = "error"
             except BaseException:
                 await episode.close(self.agent.env_limits.timeout_s)
