@@ -76,6 +76,7 @@ OPENENV_TURN = r'"number": (\d+)\}\}\s*</tool_call>.*?<tool_response>\s*(\w+)'
 
 
 @needs_openenv
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
 async def test_openenv_episode_through_the_loop_wins_with_masked_tool_tokens(tokenizer):
     guess = binary_search(OPENENV_TURN, 1, 100, lambda n: CALL.format(name="guess", args=json.dumps({"number": n})))
     with OpenEnvServer(GUESS_APP) as server:
@@ -93,6 +94,7 @@ async def test_openenv_episode_through_the_loop_wins_with_masked_tool_tokens(tok
 
 
 @needs_openenv
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
 async def test_openenv_server_dying_mid_episode_ends_it_as_data(tokenizer):
     instances: list[OpenEnvEnvironment] = []
     server = OpenEnvServer(GUESS_APP).start()
@@ -122,6 +124,7 @@ async def test_openenv_server_dying_mid_episode_ends_it_as_data(tokenizer):
 
 
 @needs_openenv
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
 async def test_refused_sessions_end_as_data_and_leave_nothing_open(tokenizer):
     """200 episodes refused by a server at capacity: each a named, counted error; sockets, files and
     child processes are what they were before."""

@@ -114,6 +114,7 @@ def test_model_answer_without_a_call_ends_an_mcp_episode(server):
     asyncio.run(main())
 
 
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
 def test_a_session_beyond_capacity_is_refused_and_a_closed_one_is_released():
     async def main(url):
         factory = openenv_env(url)
@@ -135,6 +136,7 @@ def test_a_session_beyond_capacity_is_refused_and_a_closed_one_is_released():
         asyncio.run(main(single.url))
 
 
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
 def test_server_dying_mid_episode_ends_it_with_an_episode_error():
     server = OpenEnvServer(GUESS_APP).start()
     process = server.process
@@ -206,3 +208,26 @@ def test_server_that_cannot_start_names_its_error(tmp_path):
         OpenEnvServer("no_such_module:app", startup_timeout_s=30).start()
     with pytest.raises(ValueError, match="module:attribute"):
         OpenEnvServer("no_colon")
+
+
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
+def test_a_server_started_from_its_app_is_shared_by_the_process_s_episodes():
+    from rlfactory_nb.envs.adapters import openenv_server
+
+    async def main():
+        factory = openenv_env(app=GUESS_APP)
+        first, second = factory(), factory()
+        assert first.url == second.url  # one server for the process, started by the first episode
+        for env, seed in ((first, 1), (second, 2)):
+            await env.reset({"messages": []}, seed=seed)
+            assert await play_binary_search(env) >= 1
+            await env.close()
+        return first.url
+
+    url = asyncio.run(main())
+    [server] = [s for s in openenv_server._SHARED.values() if s.url == url]
+    process = server.process
+    server.stop()  # what the exit hook does
+    assert process.poll() is not None
+    with pytest.raises(ValueError, match="exactly one"):
+        openenv_env("http://x", app=GUESS_APP)
