@@ -141,6 +141,14 @@ class AgentSession:
             await self.step()
         return self.trajectory
 
+    async def close(self) -> None:
+        """End the episode where it stands (a stepper's Reset): its environment is closed unscored."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self.done = True
+            await self._end_episode(score=False)
+
     async def _bounded_step(self) -> Turn | None:
         """One step under what is left of the episode timeout; a failure or the timeout ends the
         episode as data, anything else (a cancellation, a DriftError) closes it and goes on up.
