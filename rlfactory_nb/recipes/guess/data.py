@@ -25,8 +25,9 @@ def rows(seed: int, count: int) -> list[dict]:
         low = rng.randint(1, 40 - WIDTH + 1)
         high = low + WIDTH - 1
         prompt = f"I picked a number from {low} to {high}. Guess it: answer with one number."
+        secret = rng.randint(low, high)
         out.append({"messages": [{"role": "user", "content": prompt}], "low": low, "high": high,
-                    "secret": rng.randint(low, high)})
+                    "secret": secret, "ground_truth": str(secret)})
     return out
 
 
