@@ -127,7 +127,7 @@ class RolloutConfig:
     env_reward: Literal["auto", "reward", "logged", "off"] = "auto"
     """the environment's own reward (its `reward()`): the training reward, logged beside the run's
     reward function, or unused; "auto": the training reward unless the run names a reward of its own"""
-    env_error_reward: float | None = 0.0
+    env_error_reward: Annotated[float, Range()] | None = 0.0
     """the reward of an episode whose environment failed (raised, timed out); None: score it as usual"""
 
 
