@@ -30,6 +30,8 @@ ORDER = (
     "tool_cache",
     "tool_parsers",
     "envs_openenv",
+    "envs_async",
+    "envs_overhead",
     "engines",
     "grpo_step",
     "memory",

@@ -176,6 +176,9 @@ def report(data: dict[str, Any], argv: list[str]) -> str:
         f"lognormal delay (median {MEDIAN_S * 1000:.0f} ms, sigma {SIGMA}), then an answer; the same delays in both schedules."),
         ("- The model is a scripted engine (no generation cost): the gap is scheduling alone, on top of the same "
         "token assembly (chat template renders on the event loop) and per-episode create / reset / close."),
+        ("- The latency-only row is the same delays without any CPU work: the barrier also serialises the "
+         "token assembly between turns, where asynchrony overlaps it with other episodes' waits, so the measured "
+         "ratio can exceed it."),
         ("- Under the barrier each turn lasts as long as its slowest episode (the tail of as many draws as episodes); with "
         "per-episode asynchrony an episode's turns follow each other as soon as its own step returns."),
     ]

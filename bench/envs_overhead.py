@@ -130,6 +130,8 @@ def report(data: dict[str, Any], argv: list[str]) -> str:
         f"- {data['calls_per_path']} calls per path, alternated in blocks of {BLOCK}; goal: overhead <= 1 ms at p50.",
         ("- The ToolSet and the default environment run a Python function tool in a worker thread "
         "(tools/python.py); the method path does the same with the bound method, after its own argument check."),
+        ("- The method path is cheaper than the ToolSet's because it does less: no JSON-schema validation, "
+         "per-tool timeout, concurrency limit or cache lookup (an environment owns its tools' state)."),
     ]
     return section("Environments: the cost of an environment step over a ToolSet call", "bench/envs_overhead.py",
                    argv, machine_line(), table, bullets)
