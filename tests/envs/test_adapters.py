@@ -136,6 +136,11 @@ class Counter:
     def undocumented(self) -> None:
         self.value = -1
 
+    @property
+    def doubled(self) -> int:
+        """Not a tool (a property), and never evaluated when tools are listed."""
+        raise AssertionError("a property was read")
+
     def _private(self) -> str:
         """Not a tool."""
         return "no"

@@ -95,8 +95,10 @@ def methods_as_tools(instance: Any, skip: frozenset[str] | set[str] = NOT_TOOLS)
     for name in dir(type(instance)):
         if name.startswith("_") or name in skip:
             continue
-        method = getattr(instance, name, None)
-        if not inspect.ismethod(method) or not inspect.getdoc(method):
+        if not inspect.isfunction(inspect.getattr_static(instance, name)):
+            continue  # properties and attributes are read by nobody here: no side effects
+        method = getattr(instance, name)
+        if not inspect.getdoc(method):
             continue
         found[name] = tool(method, name=name)
     return found
