@@ -94,6 +94,11 @@ class Environment:
         tools = self._tools()
         return [await _call_method_tool(tools, call) for call in calls]
 
+    def finished(self) -> bool:
+        """Whether the episode is over after this turn's tool calls (a game won by a move, an
+        observation with done=True): the episode then ends, its results recorded but not fed back."""
+        return False
+
     def respond(self, turn: Turn) -> Response | None:
         """What the environment says to an answer without a tool call; None ends the episode."""
         return None

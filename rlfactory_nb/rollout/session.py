@@ -232,6 +232,8 @@ class AgentSession:
                 # that every later forward pass (training, reference, recompute) would have to carry.
                 return self._finish("max_turns", turn)
             answer = await agent.call_tools(turn, self.episode)
+            if self.episode.overrides("finished") and await self.episode.call("tool", "finished"):
+                return self._finish("stop", turn)
         else:
             response = await self._respond(turn)
             if response is None or response.done:

@@ -201,3 +201,20 @@ async def test_bound_tools_validate_arguments_and_a_raising_tool_is_a_result_the
     assert [(r.status, r.content.split(":")[0]) for t in traj.turns for r in t.results] == [
         ("error", "ZeroDivisionError"), ("invalid_args", "divide")]
     assert traj.finish_reason == "stop" and "env_error" not in traj.metadata
+
+
+async def test_an_environment_can_end_the_episode_after_a_tool_call(tokenizer):
+    class OneMove(rf.Environment):
+        @rf.tool
+        def move(self) -> str:
+            """Make the winning move."""
+            self.won = True
+            return "you won"
+
+        def finished(self):
+            return getattr(self, "won", False)
+
+    engine = ScriptedEngine(tokenizer, [CALL.format(name="move", args="{}"), "never asked"])
+    traj = await Agent(None, engine=engine, tokenizer=tokenizer, env=OneMove, max_turns=4).rollout(row("play", 0))
+    assert traj.finish_reason == "stop" and traj.num_turns == 1 and traj.turns[0].results[0].content == "you won"
+    assert len(engine.prompts) == 1 and traj.messages[-1]["role"] == "assistant"  # the result is not fed back
