@@ -218,3 +218,17 @@ async def test_an_environment_can_end_the_episode_after_a_tool_call(tokenizer):
     traj = await Agent(None, engine=engine, tokenizer=tokenizer, env=OneMove, max_turns=4).rollout(row("play", 0))
     assert traj.finish_reason == "stop" and traj.num_turns == 1 and traj.turns[0].results[0].content == "you won"
     assert len(engine.prompts) == 1 and traj.messages[-1]["role"] == "assistant"  # the result is not fed back
+
+
+async def test_the_reward_lab_scores_with_the_open_environments_and_closes_them_at_the_next_sample(tokenizer):
+    Counter.closed.clear()
+    engine = ScriptedEngine(tokenizer, {"count": [add(2), "Done."]})
+    agent = Agent(None, engine=engine, tokenizer=tokenizer, env=Counter, max_turns=4)
+    lab = rf.RewardLab(agent, [row("count to 2", 2), row("count to 5", 5)], {"left": lambda s: s.env.goal - s.env.value}, group_size=2)
+    await lab.sample(n_prompts=2)
+    assert [[o.score for o in group] for group in lab.outcomes] == [[0.0, 0.0], [3.0, 3.0]] and not Counter.closed
+    await lab.rescore(twice=lambda s: 2.0 * s.env.value)
+    assert [o.components["twice"] for group in lab.outcomes for o in group] == [4.0] * 4
+    await lab.sample(n_prompts=1)
+    assert len(Counter.closed) == 4 and len(agent.open_episodes) == 2
+    await agent.close_episodes()
