@@ -241,13 +241,20 @@ class AgentSession:
             if traj.num_turns >= agent.max_turns:
                 return self._finish("max_turns", turn)
             answer = [dict(message) for message in response.messages]
-        delta = delta_ids(agent.tokenizer, answer, agent.enable_thinking, agent.chat_format, traj.messages[-1])
+        ended = None if turn.calls or turn.parse_errors else self._stop_token()
+        delta = delta_ids(agent.tokenizer, answer, agent.enable_thinking, agent.chat_format, traj.messages[-1], ended)
         if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
             return self._finish("length", turn)
         progress.add(delta, sampled=False)
         traj.messages.extend(answer)  # type: ignore[arg-type]
         turn.state = self.episode.state()
         return turn
+
+    def _stop_token(self) -> str | None:
+        """The family's end-of-turn token the last turn stopped on (None: another or none)."""
+        ids = self._progress.response_ids
+        token = self.agent.tokenizer.convert_ids_to_tokens(ids[-1]) if ids else None
+        return token if token in self.agent.chat_format.end_of_turn else None
 
     async def _respond(self, turn: Turn) -> Response | None:
         """The environment's answer to a turn without a call, recorded on the turn (None: the end)."""

@@ -75,11 +75,16 @@ def delta_text(
     enable_thinking: bool = False,
     chat_format: ChatFormat | None = None,
     after: Message | None = None,
+    ended: str | None = None,
 ) -> str:
     """The text between the end of an assistant turn (the family's `turn_end` token; without a
     family, the tokenizer's eos) and the next assistant turn, rendered after the family's base.
     For a family whose turn ends on the next block's first token (`turn_end_opens_next`), that token
-    is the first thing rendered after the base, and the delta starts after it."""
+    is the first thing rendered after the base, and the delta starts after it. `ended`: the token
+    the turn was stopped by, when it is not the family's `turn_end` (an answer without a call in a
+    family whose calls end on their own token: see `_after_answer`)."""
+    if chat_format is not None and ended is not None and ended != chat_format.turn_end:
+        return _after_answer(tokenizer, new_messages, enable_thinking, chat_format, ended)
     base_messages = list(chat_format.delta_base_for(after) if chat_format else DELTA_BASE)
     template = str(getattr(tokenizer, "chat_template", None))  # a template changed in place renders anew
     base = _base_render(tokenizer, template, json.dumps(base_messages, sort_keys=True), enable_thinking)
@@ -111,6 +116,31 @@ def _base_render(tokenizer: Any, template: str, base_messages: str, enable_think
     return render(tokenizer, json.loads(base_messages), enable_thinking=enable_thinking)
 
 
+_ANSWER = "rf-delta-answer"
+HISTORY_FORM = {"<|return|>": "<|end|>"}
+"""stop tokens a template writes differently once a message follows: Harmony ends a final answer
+with <|return|> and renders it <|end|> in history (the rollout keeps the sampled token)"""
+
+
+def _after_answer(
+    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool, chat_format: ChatFormat, ended: str
+) -> str:
+    """The delta after an answer that stopped on `ended` (Gemma 4's `<turn|>`, Harmony's
+    `<|return|>`, GLM's `<|user|>`, which opens the next block): what the template renders after
+    the answer's text, less the stop token the sampled ids already hold."""
+    answer = chat_format.assistant_message(_ANSWER, [], "")
+    full = render(tokenizer, [DELTA_BASE[0], answer, *new_messages], add_generation_prompt=True, enable_thinking=enable_thinking)
+    rest = full[full.rfind(_ANSWER) + len(_ANSWER) :]
+    for form in (ended, HISTORY_FORM.get(ended)):
+        if form and rest.startswith(form):
+            return rest[len(form) :]
+    raise TemplateError(
+        f"after an answer that stopped on {ended!r} the template renders {rest[:40]!r}: the sampled stop "
+        f"token is not where the template puts the end of the answer, so the {chat_format.name} ids cannot "
+        "be assembled turn by turn"
+    )
+
+
 def _starts_a_new_query(messages: Sequence[Message]) -> bool:
     return any(message.get("role") not in ("tool", "ipython", "function") for message in messages)
 
@@ -139,11 +169,13 @@ def delta_ids(
     enable_thinking: bool = False,
     chat_format: ChatFormat | None = None,
     after: Message | None = None,
+    ended: str | None = None,
 ) -> list[int]:
-    """`delta_text`'s ids; `after` is the assistant message the delta follows. A special token's
-    text inside a message (a tool echoing `<|im_end|>`) is tokenized as characters (rollout/guard.py)."""
+    """`delta_text`'s ids; `after` is the assistant message the delta follows, `ended` the stop
+    token it sampled. A special token's text inside a message (a tool echoing `<|im_end|>`) is
+    tokenized as characters (rollout/guard.py)."""
     guarded, found = guard.guard(tokenizer, new_messages)
-    return guard.encode(tokenizer, delta_text(tokenizer, guarded, enable_thinking, chat_format, after), found)
+    return guard.encode(tokenizer, delta_text(tokenizer, guarded, enable_thinking, chat_format, after, ended), found)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What a user or an environment says after an answer without a call enters as a delta, for each
-family whose answer ends on the same token as its calls (see FAMILIES): the delta is exactly how the family's
+family (see FAMILIES), including those whose answers stop on another token than their calls: the delta is exactly how the family's
 reference template continues the conversation after that answer, with the generation prompt."""
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ FAMILIES = {  # family -> its reference template (../shared/reference/templates)
     "kimi_k2": "kimi_k2",
     "llama3": "llama3_1",
     "deepseek_v3": "deepseek_v3",
+    "glm4_5": "glm4_5",
+    "gpt_oss": "gpt_oss",
+    "gemma4": "gemma4",
 }
-# Not yet: glm4_5, gpt_oss and gemma4 end an answer on another token than a call (`<|user|>`,
-# `<|return|>`, `<turn|>`), and the delta is cut at the call's; mistral's reference template renders
-# no `</s>` at all, which no delta (tool results included) handles yet.
+ANSWER_ENDS = {"glm4_5": "<|user|>", "gpt_oss": "<|return|>", "gemma4": "<turn|>"}
+"""families whose answers stop on another token than their calls: the token the model samples"""
+# Not yet: mistral's reference template renders no `</s>` at all, which no delta (tool results
+# included) handles yet.
 REPLY = {"role": "user", "content": "No, my order is #12."}
 
 
@@ -40,9 +44,11 @@ def test_a_user_reply_after_an_answer_is_the_templates_own_continuation(family):
     tokenizer = TemplateTokenizer(template_text(FAMILIES[family]))
     chat_format = get_chat_format(family)
     answer = chat_format.assistant_message("Which order do you mean?", [], "")
-    delta = delta_text(tokenizer, [REPLY], False, chat_format, answer)
+    ended = ANSWER_ENDS.get(family, chat_format.turn_end)
+    delta = delta_text(tokenizer, [REPLY], False, chat_format, answer, ended)
     conversation = [{"role": "user", "content": "Cancel my order."}, answer, REPLY]
     full = render(tokenizer.chat_template, conversation, add_generation_prompt=True, enable_thinking=False)
     assert full.endswith(delta) and REPLY["content"] in delta
     assert "Which order" not in delta and "Cancel my order" not in delta
-    assert full[: len(full) - len(delta)].rstrip().endswith(chat_format.turn_end.strip() or "Which order do you mean?")
+    before = full[: len(full) - len(delta)]
+    assert before.endswith((ended, {"<|return|>": "<|end|>"}.get(ended, ended)))  # the delta starts after the stop token
