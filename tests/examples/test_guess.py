@@ -50,7 +50,12 @@ def test_a_game_ends_when_the_guesses_run_out_and_the_seed_draws_the_secret():
     env.reset({"low": 1, "high": 8, "secret": 8}, seed=0)
     responses = [env.respond(said("1")) for _ in range(MAX_GUESSES)]
     assert [r.done for r in responses] == [False] * (MAX_GUESSES - 1) + [True]
-    assert responses[-1].messages[0]["content"] == "Out of guesses: it was 8." and env.reward() == 0.0
+    assert responses[-1].messages[0]["content"] == "Out of guesses: it was 8."
+    assert env.reward() == pytest.approx(0.05)  # a lost game: 0.2 x the one guess of four that kept to the hints
+    env.reset({"low": 1, "high": 8, "secret": 8}, seed=0)
+    for guess in ("4", "6", "7", "9"):
+        env.respond(said(guess))
+    assert env.reward() == pytest.approx(0.15)  # 9 is out of the range the hints left
     secrets = set()
     for seed in range(20):
         env.reset({"low": 1, "high": 8}, seed=seed)
