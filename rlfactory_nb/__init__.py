@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "RewardLab": "rewards.lab",
     "Agent": "rollout.agent",
     "AgentProgram": "programs.program",
+    **dict.fromkeys(["Environment", "UserSimulator"], "envs"),
     "format_trajectory": "rollout.display",
     "build_tools": "runtime",
     # `train` itself is not exported: it would shadow the `rlfactory_nb.train` subpackage

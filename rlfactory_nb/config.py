@@ -127,6 +127,18 @@ class RolloutConfig:
     false pre-fills an empty think block; unset: the model's own default (an embedded preset's, else
     its template's: thinking for Qwen3). Training, `rf.evaluate`, the steppers, the RewardLab and the
     drift check all render with it"""
+    env: NonEmptyStr | None = None
+    """an Environment per trajectory, as "module:Class" (or a zero-argument factory); unset: the
+    tools file's ToolSet is the environment (rlfactory_nb/envs/)"""
+    env_timeout_s: PositiveFloat | None = None
+    """seconds one episode may spend in its steps; past it the episode ends with a "timeout" error"""
+    max_open_envs: PositiveInt | None = None
+    """environment instances running at once (each may hold a process or a database); unset: no bound"""
+    env_reward: Literal["auto", "reward", "logged", "off"] = "auto"
+    """the environment's own reward (its `reward()`): the training reward, logged beside the run's
+    reward function, or unused; "auto": the training reward unless the run names a reward of its own"""
+    env_error_reward: Annotated[float, Range()] | None = 0.0
+    """the reward of an episode whose environment failed (raised, timed out); None: score it as usual"""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@
     │                EngineTimeout (TimeoutError)
     ├── ToolError: ServerStartError, ServerUnavailable, HandshakeError (RuntimeError),
     │              InvalidArguments, QueryError (ValueError)
-    ├── RolloutError: TemplateError, TemplateBoundError (ValueError), DriftError (RuntimeError)
+    ├── RolloutError: TemplateError, TemplateBoundError (ValueError), DriftError, EpisodeError (RuntimeError)
     ├── ScoringError: RewardError, RewardWorkerError, LabNotSampled (RuntimeError),
     │                 JudgeError (RuntimeError): JudgeParseError (also ValueError),
     │                 InvalidRewardValue, SampleError, RewardModelError (ValueError),
@@ -186,6 +186,15 @@ class TemplateBoundError(RolloutError, ValueError):
 
 class DriftError(RolloutError, RuntimeError):
     """drift_check="strict" and a rollout's ids differ from a full render of its messages ("warn" logs it)."""
+
+
+class EpisodeError(RolloutError, RuntimeError):
+    """An episode's environment failed (create, reset, a tool, respond, reward, close) or ran past the
+    episode timeout; `kind` says where. The rollout loop records it in the trajectory and goes on."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(f"environment failed in {kind}: {message}")
 
 
 class ScoringError(RLFactoryError):

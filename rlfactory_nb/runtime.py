@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 from rlfactory_nb._views import view_of
 from rlfactory_nb.algo.registry import loss_names, loss_reduction
 from rlfactory_nb.chat import chat_format_names, parser_names
-from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config import RewardConfig, RunConfig
 from rlfactory_nb.config_schema import import_spec
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.engines.base import Engine, engine_kinds
+from rlfactory_nb.envs.base import EnvReward, env_factory
 from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rewards.judge import LLMJudge
@@ -113,6 +114,8 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None) -> None:
                 load_function(function.target)
     if objects.agent is None and cfg.rollout.program is not None:
         load_reward(cfg.rollout.program)  # the agent program `module:function` (rf.AgentProgram)
+    if objects.env is None and cfg.rollout.env is not None:
+        env_factory(cfg.rollout.env)  # the Environment `module:Class`
     if objects.train_data is None:
         load_rows(cfg.data.train, 1)
     if cfg.grpo.eval_every and objects.eval_data is None:
@@ -238,9 +241,14 @@ class Runtime:
 
     @property
     def reward(self) -> RewardRunner:
-        """The run's reward runner: the kernel's functions, else the config's `reward.function`."""
+        """The run's reward runner: the kernel's functions, else the config's `reward.function`; with
+        an environment, its own reward too, as "env" (first or logged beside, `rollout.env_reward`)."""
         if self._reward is None:
-            self._reward = RewardRunner.from_config(self.cfg.reward, self.objects.reward)
+            runner = RewardRunner.from_config(self.cfg.reward, self.objects.reward)
+            use = self.env_reward_use()
+            if use != "off":
+                runner = runner.with_function("env", EnvReward(self.cfg.rollout.env_error_reward or 0.0), first=use == "reward")
+            self._reward = runner
         return self._reward
 
     @property
@@ -250,6 +258,22 @@ class Runtime:
             self.objects = dataclasses.replace(self.objects, agent=AgentProgram(self.cfg.rollout.program))
         return self.objects.agent
 
+    @property
+    def env(self) -> Any:
+        """The run's Environment class or factory (the kernel's, else `rollout.env`); None: the ToolSet."""
+        return self.objects.env if self.objects.env is not None else self.cfg.rollout.env
+
+    def env_reward_use(self) -> str:
+        """How the environment's reward is used: "reward", "logged" or "off" (`rollout.env_reward`;
+        "auto" trains on it unless the run names a reward function of its own)."""
+        use = self.cfg.rollout.env_reward
+        if self.env is None:
+            return "off"
+        if use != "auto":
+            return use
+        named = self.objects.reward is not None or self.cfg.reward.function != RewardConfig().function
+        return "logged" if named else "reward"
+
     def agent(self, temperature: float | None = None, drift: DriftMode | None = None) -> Agent | AgentProgram:
         """The run's Agent at `temperature` (None: the config's; 0: greedy); `drift` replaces
         `rollout.drift_check`. A run with an agent program gets the program bound to the run."""
@@ -257,7 +281,9 @@ class Runtime:
             raise ConfigError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
         if self.program is not None:
             return self.program.bind(self.policy, self.tools, self.cfg, engine=self.engine, temperature=temperature, drift=drift)
-        return Agent.from_config(self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift)
+        return Agent.from_config(
+            self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift, env=self.objects.env
+        )
 
     # ------------------------------------------------------------------ the run's rows
 

@@ -123,6 +123,15 @@ class Turn:
     family read (a hand-made Turn): Sample then strips Qwen-style think blocks itself"""
     calls_in_reasoning: int = 0
     """call blocks written inside reasoning: drafts, not run"""
+    replies: list[Message] = field(default_factory=list)
+    """what the environment said to this turn when it made no call (a user's reply, a game's move),
+    as it entered the conversation (masked); empty for a turn answered by tool results"""
+    speaker: str = ""
+    """who said `replies`: "user" (a simulated user) or "env" (a game, an observation)"""
+    env_s: float = 0.0
+    """seconds the environment took to respond to this turn"""
+    state: dict[str, Any] | None = None
+    """the environment's `state()` after this turn and its answer (None: it shows none)"""
 
 
 @dataclass
@@ -251,6 +260,9 @@ class Sample:
     id: str = ""
     reasoning: str = ""
     """the reasoning of every assistant turn (the family's markers removed), joined by newlines"""
+    env: Any = field(default=None, repr=False, compare=False)
+    """the episode's Environment, still open while rewards run (None for the default ToolSet
+    environment, or once the episode is closed): a reward can read the state the agent left"""
 
     @classmethod
     def from_trajectory(
@@ -258,10 +270,11 @@ class Sample:
         traj: Trajectory,
         ground_truth: Any = None,
         extract_answer: Callable[[str], str] | None = None,
+        env: Any = None,
     ) -> Sample:
         """Build the reward function's view of `traj`; `extract_answer` maps the last assistant text
         to the final answer (default: `<answer>...</answer>` if present, else the last turn's text
-        outside reasoning, as the model family read it)."""
+        outside reasoning, as the model family read it); `env`: the episode's open Environment."""
         prompt = list(traj.messages[: _prompt_length(traj.messages)])
         assistant_texts = [turn.text for turn in traj.turns]
         last = assistant_texts[-1] if assistant_texts else ""
@@ -285,6 +298,7 @@ class Sample:
             trajectory=traj,
             id=traj.id,
             reasoning="\n".join(turn.reasoning for turn in traj.turns if turn.reasoning),
+            env=env,
         )
 
 

@@ -6,7 +6,7 @@ module leans on). Layers, lowest first, as docs/decisions.md ("Layers") explains
 
     (1) errors, types, config, config_schema, _async, _views
     (2) chat, engines, tools
-    (3) models, data, rollout, programs, rewards, algo, recipes
+    (3) models, data, rollout, envs, programs, rewards, algo, recipes
     (4) runtime, train, eval, examples, demo, notebooks_run
     (5) cluster
     (6) widgets, cli, and the top-level `rlfactory_nb/__init__.py`
@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlfactory_nb"
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["errors", "types", "config", "config_schema", "_async", "_views", "storage"], 1),
     **dict.fromkeys(["chat", "engines", "tools"], 2),
-    **dict.fromkeys(["models", "data", "rollout", "programs", "rewards", "algo", "recipes"], 3),
+    **dict.fromkeys(["models", "data", "rollout", "envs", "programs", "rewards", "algo", "recipes"], 3),
     **dict.fromkeys(["runtime", "train", "eval", "compare", "examples", "demo", "notebooks_run"], 4),
     "cluster": 5,
     **dict.fromkeys(["widgets", "cli", ""], 6),

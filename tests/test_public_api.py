@@ -18,9 +18,9 @@ PACKAGE = Path(rf.__file__).parent
 NOTEBOOKS = sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))
 
 PUBLIC = [
-    "Agent", "AgentProgram", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "EvalReport",
+    "Agent", "AgentProgram", "CheckpointError", "Cluster", "ConfigError", "DriftError", "EngineActorDied", "Environment", "EvalReport",
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
-    "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolResult", "ToolSet", "TrainingJob", "Trajectory",
+    "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolResult", "ToolSet", "TrainingJob", "Trajectory", "UserSimulator",
     "agent_tool", "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors",
     "evaluate", "evaluate_sync", "example", "export", "format_trajectory", "launch", "model_tool", "rewards", "tool",
     "tools", "train_sync",
@@ -47,6 +47,7 @@ BUILT_IN_BASES = {
     "TemplateError": ValueError,
     "TemplateBoundError": ValueError,
     "DriftError": RuntimeError,
+    "EpisodeError": RuntimeError,
     "RewardError": RuntimeError,
     "InvalidRewardValue": ValueError,
     "RewardLoadError": ImportError,
@@ -80,7 +81,7 @@ def error_classes() -> dict[str, type]:
 
 def test_public_names_are_pinned_and_few():
     assert rf.__all__ == sorted(PUBLIC)
-    assert len(rf.__all__) <= 42  # rf.AgentProgram (issue 42) and ToolResult (issue 40): what tools.call returns
+    assert len(rf.__all__) <= 45  # AgentProgram (issue 42), ToolResult (issue 40), Environment and UserSimulator (issue 41)
 
 
 def test_every_public_name_resolves():

@@ -71,6 +71,7 @@ def launch(
     linger_s: float = 600.0,
     working_dir: str | Path | None = None,
     ship_files: bool = True,
+    env: Any = None,
 ) -> TrainingJob:
     """Start training `cfg` on `cluster` (default: `Cluster.connect(cfg.cluster.address)`); returns at once.
 
@@ -84,8 +85,10 @@ def launch(
     its torch threads). linger_s: how long the driver stays answerable after the run ends.
     working_dir: the project folder shipped with the job (default: the working directory);
     ship_files: also ship files the config names outside it (see cluster/shipping.py).
+    env: an Environment class or factory, one instance per trajectory, made where the rollouts run
+    (it travels by value like the reward; `rollout.env` names one from the config).
     """
-    objects = RunObjects.of(reward, tools, train_data, eval_data, agent)  # agent: an rf.AgentProgram
+    objects = RunObjects.of(reward, tools, train_data, eval_data, env=env, agent=agent)  # agent: an rf.AgentProgram
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
     check_named(cfg, objects)  # before Ray is imported: a typo fails in a second
     import ray

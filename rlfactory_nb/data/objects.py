@@ -53,6 +53,7 @@ import cloudpickle  # the pickler Ray uses (it vendors a copy), without importin
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.envs.base import env_factory
 from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError, UntrustedRunObjects
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
@@ -73,6 +74,8 @@ class RunObjects:
     """tools added to the config's tools file"""
     train_data: list[Row] | None = None
     eval_data: list[Row] | None = None
+    env: Callable[..., Any] | None = None
+    """the Environment class or factory each trajectory gets an instance of (`rollout.env` from the kernel)"""
     agent: Any = None
     """an `rf.AgentProgram` that plays the episodes in place of the config's Agent (travels as its
     function and settings; the run brings the engine and tools)"""
@@ -84,11 +87,12 @@ class RunObjects:
         tools: ExtraTools | None = None,
         train_data: Any = None,
         eval_data: Any = None,
+        env: Any = None,
         agent: Any = None,
     ) -> RunObjects:
         """Check and normalize what a user passed; every mistake names the argument."""
         if agent is not None and not callable(getattr(agent, "bind", None)):
-            raise TypeError(f"agent is a {type(agent).__name__}: pass an rf.AgentProgram (or leave it out)")
+            raise ArgumentTypeError(f"agent is a {type(agent).__name__}: pass an rf.AgentProgram (or leave it out)")
         if reward is not None:
             named = reward.items() if isinstance(reward, Mapping) else [("reward", reward)]
             for name, function in named:
@@ -100,6 +104,7 @@ class RunObjects:
             tools=extra_tools(tools),
             train_data=None if train_data is None else load_rows(train_data, what="train_data"),
             eval_data=None if eval_data is None else load_rows(eval_data, what="eval_data"),
+            env=None if env is None else env_factory(env),
             agent=agent,
         )
 
@@ -121,6 +126,8 @@ class RunObjects:
             function = getattr(config.target, "fn", config.target)
             if callable(function):
                 labelled.append((f"tool {getattr(config.target, 'name', function.__name__)!r}", function))
+        if self.env is not None:  # travels by value like the functions: its module may be the user's
+            labelled.append((f"env {getattr(self.env, '__name__', type(self.env).__name__)!r}", self.env))
         if self.agent is not None:
             labelled.append((f"agent program {getattr(self.agent.fn, '__name__', 'fn')!r}", self.agent.fn))
         return labelled

@@ -129,7 +129,7 @@ class ChatClient(Protocol):
     where: str
     """what serves it, for messages and cache keys: the endpoint's URL or the engine's name"""
 
-    async def complete(self, messages: Sequence[Message]) -> ChatReply: ...
+    async def complete(self, messages: Sequence[Message], seed: int | None = None) -> ChatReply: ...
 
     async def aclose(self) -> None: ...
 
@@ -198,9 +198,9 @@ class EngineChatClient:
     def __repr__(self) -> str:
         return f"EngineChatClient({self.where!r})"
 
-    async def complete(self, messages: Sequence[Message]) -> ChatReply:
+    async def complete(self, messages: Sequence[Message], seed: int | None = None) -> ChatReply:
         ids = self._render(messages)
-        sampling = SamplingParams(temperature=self.settings.temperature, max_new_tokens=self.settings.max_tokens)
+        sampling = SamplingParams(temperature=self.settings.temperature, max_new_tokens=self.settings.max_tokens, seed=seed)
         async with self._limits.get():
             generation = await self._timed(self._generate(ids, sampling))
         self.usage.requests += 1
@@ -289,12 +289,13 @@ class HTTPChatClient:
     def __repr__(self) -> str:
         return f"HTTPChatClient({self.url!r}, {self.model!r})"
 
-    async def complete(self, messages: Sequence[Message]) -> ChatReply:
+    async def complete(self, messages: Sequence[Message], seed: int | None = None) -> ChatReply:
         body = {
             "model": self.model,
             "messages": list(messages),
             "temperature": self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
+            **({"seed": seed} if seed is not None else {}),
         }
         connection = self._connections.get()
         async with connection.limit:

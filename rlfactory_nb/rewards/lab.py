@@ -84,11 +84,14 @@ class RewardLab:
     # ------------------------------------------------------------------ sampling and scoring
 
     async def sample(self, n_prompts: int = 8, start: int = 0) -> RewardLab:
-        """Roll out `group_size` samples for rows[start : start + n_prompts], then score them."""
+        """Roll out `group_size` samples for rows[start : start + n_prompts], then score them. With
+        an environment, each episode's instance stays open (rewards read `sample.env`, rescoring
+        too) until the next `sample`, which closes them first."""
         rows = self.rows[start : start + n_prompts]
         if not rows:
             raise ConfigError(f"no dataset rows in [{start}, {start + n_prompts}); the dataset has {len(self.rows)}")
-        self.groups = await rollout_groups(self.agent, rows, self.group_size)
+        await self.agent.close_episodes(self.groups and [traj for group in self.groups for traj in group])
+        self.groups = await rollout_groups(self.agent, rows, self.group_size, keep_open=True)
         return await self.rescore()
 
     async def rescore(self, rewards: Mapping[str, Callable[[Sample], Any]] | None = None, **named: Callable[[Sample], Any]) -> RewardLab:
@@ -98,7 +101,7 @@ class RewardLab:
             raise LabNotSampled("no rollouts yet: `await lab.sample(n_prompts)` first")
         runner = RewardRunner(self.rewards, on_error="zero", timeout_s=self.timeout_s)
         self.outcomes = await runner.score_groups(
-            [[Sample.from_trajectory(traj) for traj in group] for group in self.groups]
+            [[Sample.from_trajectory(traj, env=self.agent.env_of(traj)) for traj in group] for group in self.groups]
         )
         for callback in self._on_change:
             callback()

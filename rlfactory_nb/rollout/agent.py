@@ -1,9 +1,17 @@
-"""The agent loop: one multi-turn trajectory as one async task.
+"""The agent loop: one multi-turn trajectory as one async task, running an Environment.
 
-generate -> parse -> call tools (in parallel) -> append the tool turn -> repeat, until the model
-answers without a call, the turn limit, or the token budget. Each trajectory runs on its own, so
-while one waits for a tool the engine serves the others: there is no barrier across trajectories
-(rollout/groups.py runs many of them at once).
+reset -> generate -> parse -> the environment's tools (in parallel for a ToolSet) or, for an answer
+without a call, the environment's `respond` (a user, a game) -> append its turn -> repeat, until the
+model or the environment ends the episode, the turn limit, or the token budget. Each trajectory runs
+on its own, so while one waits for a tool or a user the engine serves the others: there is no
+barrier across trajectories (rollout/groups.py runs many of them at once).
+
+There is one loop. Without `env=`, the environment is the agent's ToolSet (`ToolSetEnvironment`:
+stateless tools shared by every episode, the episode ends at the first answer without a call), so
+the RolloutStepper, the RewardLab, `rf.evaluate` and training all run an Environment. With `env=`
+(a class or factory), each trajectory gets its own instance (rollout/episode.py: made off the loop,
+bounded, timed out, always closed, its failures recorded as data); the rollout then takes a dataset
+row, whose columns `reset` sees.
 
 Token ids follow rollout/tokens.py: the engine's ids are kept as sampled (loss mask 1), everything
 the loop adds (tool responses, the next assistant header) is a masked delta.
@@ -23,56 +31,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
+from rlfactory_nb.envs.base import env_factory
 from rlfactory_nb.errors import DriftError
 from rlfactory_nb.models.presets import THINKING
+from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
 from rlfactory_nb.rollout.seeds import SampleId
-from rlfactory_nb.rollout.tokens import (
-    DriftMode,
-    delta_ids,
-    drift_check,
-    prompt_ids,
-    prompt_opens,
-    thinks_by_default,
-)
-from rlfactory_nb.types import FinishReason, Message, ToolResult, Trajectory, Turn
+from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
+from rlfactory_nb.rollout.tokens import DriftMode, drift_check, prompt_opens, thinks_by_default
+from rlfactory_nb.types import Message, ToolResult, ToolSpec, Trajectory, Turn
+
+__all__ = ["Agent", "AgentSession"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Progress:
-    """The growing trajectory, kept apart from the finished record."""
-
-    ids: list[int]
-    response_ids: list[int]
-    loss_mask: list[int]
-    logprobs: list[float]
-
-    def add(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
-        self.response_ids.extend(ids)
-        self.loss_mask.extend([1 if sampled else 0] * len(ids))
-        self.logprobs.extend(logprobs)
-
-    @property
-    def all_ids(self) -> list[int]:
-        return self.ids + self.response_ids
 
 
 def thinking_mode(cfg: Any) -> bool | None:
     """`rollout.enable_thinking`, or unset, the preset's mode (None: the template's default)."""
     given = cfg.rollout.enable_thinking
     return THINKING.get(cfg.model.name) if given is None else given
-
-
 class Agent:
-    """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`."""
+    """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`,
+    or with one `env` instance per trajectory (`env=Shop`, a factory, or "module:Class").
+
+    `env_timeout_s` bounds the time one episode spends in its steps; `max_open_envs` the episodes
+    running at once (an environment may hold a process or a database each)."""
 
     def __init__(
         self,
@@ -88,6 +76,9 @@ class Agent:
         enable_thinking: bool | None = False,
         drift: DriftMode = "warn",
         chat_format: str | ChatFormat = "auto",
+        env: Any = None,
+        env_timeout_s: float | None = None,
+        max_open_envs: int | None = None,
     ):
         self.policy = policy
         # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
@@ -114,6 +105,18 @@ class Agent:
         """rollouts whose ids differ from a full render in a way the template does not explain"""
         self.expected_drift_count = 0
         """rollouts that differ only by the empty think blocks the family's template drops (by design)"""
+        self.env_factory = env_factory(env) if env is not None else None
+        """one episode's environment maker; None: the ToolSet environment over `tools`"""
+        if max_open_envs is not None and max_open_envs < 1:
+            raise ValueError(f"max_open_envs must be at least 1 (or None: no bound), got {max_open_envs}")
+        if env_timeout_s is not None and env_timeout_s <= 0:
+            raise ValueError(f"env_timeout_s must be positive (or None: no bound), got {env_timeout_s}")
+        self.env_limits = EpisodeLimits(env_timeout_s, max_open_envs)
+        self.episode_stats = EpisodeStats()
+        """episodes opened and closed, environment errors by kind, environment and user time"""
+        self.open_episodes: dict[str, Episode] = {}
+        """episodes kept open after their trajectory ended (`keep_open=True`), by trajectory id"""
+        self._slots_by_loop: tuple[Any, asyncio.Semaphore] | None = None
 
     @classmethod
     def from_config(
@@ -125,11 +128,14 @@ class Agent:
         engine: Engine | None = None,
         temperature: float | None = None,
         drift: DriftMode | None = None,
+        env: Any = None,
     ) -> Agent:
         """The agent a RunConfig describes (its `rollout` section): what training, `rf.evaluate` and
         the notebooks all build, so a notebook's rollouts match the trainer's. `temperature`
-        replaces the config's (0: greedy)."""
+        replaces the config's (0: greedy); `env` (a class or factory from the kernel) the config's
+        `rollout.env`."""
         rollout = cfg.rollout
+        env = env if env is not None else getattr(rollout, "env", None)
         temperature = rollout.temperature if temperature is None else temperature
         return cls(
             policy,
@@ -143,6 +149,9 @@ class Agent:
             engine=engine,
             drift=drift or rollout.drift_check,
             enable_thinking=thinking_mode(cfg),
+            env=env,
+            env_timeout_s=getattr(rollout, "env_timeout_s", None),
+            max_open_envs=getattr(rollout, "max_open_envs", None),
         )
 
     @property
@@ -152,21 +161,66 @@ class Agent:
         return self._engine
 
     def tool_schemas(self) -> list[dict] | None:
+        """The ToolSet's tools as chat templates take them (an environment's come from its instance)."""
         return [spec.to_openai() for spec in self.tools.specs] if self.tools else None
 
     def start(
-        self, messages: Sequence[Message], metadata: dict[str, Any] | None = None, sample_id: SampleId | None = None
+        self,
+        prompt: Prompt,
+        metadata: dict[str, Any] | None = None,
+        sample_id: SampleId | None = None,
+        *,
+        keep_open: bool = False,
     ) -> AgentSession:
-        """A trajectory that advances one turn per `await session.step()` (the RolloutStepper's view)."""
-        return AgentSession(self, messages, metadata, sample_id)
+        """A trajectory that advances one turn per `await session.step()` (the RolloutStepper's view).
+        `prompt`: messages, or a dataset row (`{"messages": [...], **columns}`) whose columns land in
+        the trajectory's metadata and which the environment's `reset` sees."""
+        return AgentSession(self, prompt, metadata, sample_id, keep_open=keep_open)
 
     async def rollout(
-        self, messages: Sequence[Message], metadata: dict[str, Any] | None = None, sample_id: SampleId | None = None
+        self,
+        prompt: Prompt,
+        metadata: dict[str, Any] | None = None,
+        sample_id: SampleId | None = None,
+        *,
+        keep_open: bool = False,
     ) -> Trajectory:
-        """Run one trajectory from `messages` (the prompt) to its end; `sample_id` seeds its requests."""
-        return await self.start(messages, metadata, sample_id).run()
+        """Run one trajectory from `prompt` (messages or a dataset row) to its end; `sample_id` seeds
+        its requests and its environment's reset. `keep_open`: leave the environment open after the
+        episode (reward functions read it as `sample.env`) until `close_episodes`."""
+        return await self.start(prompt, metadata, sample_id, keep_open=keep_open).run()
 
-    async def _generate(self, traj: Trajectory, progress: _Progress, budget: int, seed: int | None) -> Turn:
+    def env_of(self, traj: Trajectory) -> Any:
+        """The still-open environment of a trajectory rolled out with `keep_open` (else None)."""
+        episode = self.open_episodes.get(traj.id)
+        return episode.instance if episode is not None else None
+
+    async def close_episodes(self, trajectories: Iterable[Trajectory] | None = None) -> None:
+        """Close the environments kept open for `trajectories` (None: all of them)."""
+        ids = list(self.open_episodes) if trajectories is None else [traj.id for traj in trajectories]
+        episodes = [self.open_episodes.pop(key) for key in ids if key in self.open_episodes]
+        await asyncio.gather(*(episode.close(self.env_limits.timeout_s) for episode in episodes))
+
+    def episode_metrics(self, reset: bool = False) -> dict[str, float]:
+        """`env/...` counters since the last reset (a training step reads and resets them)."""
+        metrics = self.episode_stats.metrics()
+        if reset:
+            self.episode_stats.reset()
+        return metrics
+
+    def _slots(self) -> asyncio.Semaphore | None:
+        """The bound on running episodes, one per event loop (a semaphore belongs to its loop)."""
+        if self.env_limits.max_open is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._slots_by_loop is None or self._slots_by_loop[0] is not loop:
+            self._slots_by_loop = (loop, asyncio.Semaphore(self.env_limits.max_open))
+        return self._slots_by_loop[1]
+
+    async def generate(
+        self, traj: Trajectory, progress: Progress, budget: int, seed: int | None, tools: Sequence[ToolSpec] = ()
+    ) -> Turn:
+        """One sampled turn, parsed with the episode's `tools` (their schemas type XML-style arguments)."""
         sampling = replace(
             self.sampling,
             max_new_tokens=min(self.sampling.max_new_tokens, budget),
@@ -176,7 +230,7 @@ class Agent:
         generation = await self.engine.generate(progress.all_ids, sampling)
         progress.add(generation.token_ids, sampled=True, logprobs=generation.logprobs)
         text = self.chat_format.decode(self.tokenizer, generation.token_ids)
-        parsed = self.parser.parse(text, tools=self.tools.specs if self.tools else None)
+        parsed = self.parser.parse(text, tools=list(tools) or None)
         reasoning, outside = self.chat_format.split_reasoning(text, self.starts_in_reasoning)
         turn = Turn(
             text=text,
@@ -194,23 +248,23 @@ class Agent:
         traj.messages.append(self.chat_format.assistant_message(text, parsed.calls, reasoning))
         return turn
 
-    async def _call_tools(self, turn: Turn) -> list[Message]:
-        """Run the turn's calls in parallel; parse errors are answered too, so the model learns."""
+    async def call_tools(self, turn: Turn, episode: Episode) -> list[Message]:
+        """Run the turn's calls in the episode's environment (a ToolSet runs them in parallel); parse
+        errors are answered too, so the model learns."""
         started = time.perf_counter()
-        if turn.calls and self.tools is None:
-            results = [ToolResult(c.name, "unknown_tool", f"no tools are available; cannot call {c.name!r}") for c in turn.calls]
-        elif turn.calls:
-            results = await self.tools.call_many([(call.name, call.arguments) for call in turn.calls])
-        else:
-            results = []
-        turn.results = list(results)
+        results: list[ToolResult] = []
+        if turn.calls:
+            results = list(await episode.call("tool", "call_tools", list(turn.calls)))
+            if len(results) != len(turn.calls) or not all(isinstance(r, ToolResult) for r in results):
+                raise episode.failed("tool", TypeError(f"call_tools returned {len(results)} results for {len(turn.calls)} calls"))
+        turn.results = results
         turn.tools_s = time.perf_counter() - started
         answers = [(result.content, call) for result, call in zip(results, turn.calls)]
         answers += [(format_error_for_model(error), None) for error in turn.parse_errors]
         message = self.chat_format.tool_message
         return [message(content, call, index) for index, (content, call) in enumerate(answers)]
 
-    def _check_drift(self, traj: Trajectory, tools: list[dict] | None) -> None:
+    def check_drift(self, traj: Trajectory, tools: list[dict] | None) -> None:
         """Record the drift check in `traj.metadata` (`drift_position`, `dropped_think_blocks`) and
         count it. Qwen3's expected non-thinking drift is counted in `expected_drift_count` and shown by
         the trajectory view; other drift raises (strict) or warns once per agent (warn)."""
@@ -245,83 +299,3 @@ class Agent:
         self.drift_count += 1
         if self.drift_count == 1:
             log.warning("%s; further drift is counted in agent.drift_count", message)
-
-
-class AgentSession:
-    """One trajectory in progress. `step` runs one assistant turn and the tool calls it makes;
-    `Agent.rollout` is `run`, i.e. `step` until `done`, so both paths share every rule."""
-
-    def __init__(
-        self,
-        agent: Agent,
-        messages: Sequence[Message],
-        metadata: dict[str, Any] | None = None,
-        sample_id: SampleId | None = None,
-    ):
-        self.agent = agent
-        self.sample_id = sample_id
-        messages = [dict(m) for m in messages]
-        self._tools = agent.tool_schemas()
-        self._progress = _Progress(prompt_ids(agent.tokenizer, messages, self._tools, agent.enable_thinking), [], [], [])
-        self.trajectory = Trajectory(
-            prompt_ids=self._progress.ids,
-            response_ids=self._progress.response_ids,
-            loss_mask=self._progress.loss_mask,
-            logprobs=self._progress.logprobs,
-            messages=messages,
-            metadata=dict(metadata or {}),
-            id=(metadata or {}).get("id") or uuid.uuid4().hex[:12],
-        )
-        self.done = False
-        self._lock: asyncio.Lock | None = None
-
-    async def step(self) -> Turn | None:
-        """Generate the next assistant turn and answer its tool calls; None when the token budget was
-        already spent. Sets `done` (and the trajectory's finish_reason) when the trajectory has ended.
-
-        A step on an ended trajectory returns None. Steps never overlap: a step requested while one runs (a second button click while a tool call
-        is in flight) waits for it. Overlapping, it would generate from ids that still lack the tool
-        response, which the real-browser test caught."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self.done:
-                return None
-            return await self._step()
-
-    async def _step(self) -> Turn | None:
-        agent, traj, progress = self.agent, self.trajectory, self._progress
-        if traj.num_turns >= agent.max_turns:
-            return self._finish("max_turns", None)
-        budget = agent.max_total_tokens - len(progress.all_ids)
-        if budget <= 0:
-            return self._finish("length", None)
-        seed = self.sample_id.turn_seed(traj.num_turns) if self.sample_id is not None else None
-        turn = await agent._generate(traj, progress, budget, seed)
-        if turn.finish_reason == "length":
-            return self._finish("length", turn)
-        if not turn.calls and not turn.parse_errors:
-            return self._finish("stop", turn)
-        if traj.num_turns >= agent.max_turns:
-            # The model would never read these results: no tool time, and no masked feedback tokens
-            # that every later forward pass (training, reference, recompute) would have to carry.
-            return self._finish("max_turns", turn)
-        tool_messages = await agent._call_tools(turn)
-        delta = delta_ids(agent.tokenizer, tool_messages, agent.enable_thinking, agent.chat_format, traj.messages[-1])
-        if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
-            return self._finish("length", turn)
-        progress.add(delta, sampled=False)
-        traj.messages.extend(tool_messages)
-        return turn
-
-    async def run(self) -> Trajectory:
-        """Step until the trajectory ends; returns it."""
-        while not self.done:
-            await self.step()
-        return self.trajectory
-
-    def _finish(self, reason: FinishReason, turn: Turn | None) -> Turn | None:
-        self.trajectory.finish_reason = reason
-        self.done = True
-        self.agent._check_drift(self.trajectory, self._tools)
-        return turn

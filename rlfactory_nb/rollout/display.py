@@ -7,6 +7,7 @@ widgets) and are what `make demo` prints.
 from __future__ import annotations
 
 import html
+import json
 from typing import Any
 
 from rlfactory_nb.types import Trajectory
@@ -15,7 +16,8 @@ TRAINED_COLOR, MASKED_COLOR = "#c8f7c5", "#e8e8e8"
 
 
 def format_trajectory(traj: Trajectory, tokenizer: Any = None) -> str:
-    """A readable summary: the prompt, each turn with its calls and results, the mask totals."""
+    """A readable summary: the prompt, each turn with its calls and results (or what the environment
+    or a simulated user said, labelled) and the state after it, the mask totals."""
     lines = [f"trajectory {traj.id}: {traj.num_turns} turn(s), finish_reason={traj.finish_reason}"]
     for message in traj.messages:
         if message["role"] == "assistant":
@@ -30,6 +32,15 @@ def format_trajectory(traj: Trajectory, tokenizer: Any = None) -> str:
             )
         for error in turn.parse_errors:
             lines.append(f"    parse error: {error.message}")
+        speaker = {"user": "user (simulated)", "env": "environment"}.get(turn.speaker, turn.speaker or "environment")
+        for message in turn.replies:
+            lines.append(f"    [{speaker}, masked] {str(message.get('content', ''))[:200]!r}")
+        if turn.state is not None:
+            lines.append(f"    state: {json.dumps(turn.state, ensure_ascii=False, default=str)[:300]}")
+    if "env_reward" in traj.metadata:
+        lines.append(f"  environment reward: {traj.metadata['env_reward']}")
+    if "env_error" in traj.metadata:
+        lines.append(f"  environment failed: {traj.metadata['env_error'].get('message', '')}")
     trained = sum(traj.loss_mask)
     lines.append(
         f"  tokens: prompt {len(traj.prompt_ids)}, response {len(traj.response_ids)} "

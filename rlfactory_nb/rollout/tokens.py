@@ -14,6 +14,10 @@ off the template instead of hard-coding Qwen's `\\n`.
 
 from __future__ import annotations
 
+import functools
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,9 +43,28 @@ def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None
 def prompt_ids(
     tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, enable_thinking: bool = False
 ) -> list[int]:
-    """Ids of the conversation so far plus the assistant header the model continues from."""
+    """Ids of the conversation so far plus the assistant header the model continues from. A group
+    rolls one prompt out `group_size` times: it is rendered once (tool schemas make a render cost
+    milliseconds), the last `_PROMPT_CACHE_SIZE` prompts kept."""
+    key = (tokenizer, str(getattr(tokenizer, "chat_template", None)),
+           json.dumps([messages, tools or None, enable_thinking], sort_keys=True, default=repr))
+    with _PROMPTS_LOCK:
+        ids = _PROMPTS.get(key)
+        if ids is not None:
+            _PROMPTS.move_to_end(key)
+            return list(ids)
     text = render(tokenizer, messages, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
-    return tokenizer.encode(text, add_special_tokens=False)
+    ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+    with _PROMPTS_LOCK:
+        _PROMPTS[key] = ids
+        if len(_PROMPTS) > _PROMPT_CACHE_SIZE:
+            _PROMPTS.popitem(last=False)
+    return list(ids)
+
+
+_PROMPT_CACHE_SIZE = 1024
+_PROMPTS: OrderedDict[tuple[Any, str, str], tuple[int, ...]] = OrderedDict()
+_PROMPTS_LOCK = threading.Lock()
 
 
 def prompt_opens(tokenizer: Any, marker: str, enable_thinking: bool = False) -> bool:
@@ -57,19 +80,31 @@ def delta_text(
     enable_thinking: bool = False,
     chat_format: ChatFormat | None = None,
     after: Message | None = None,
+    ended: str | None = None,
 ) -> str:
     """The text between the end of an assistant turn (the family's `turn_end` token; without a
     family, the tokenizer's eos) and the next assistant turn, rendered after the family's base.
     For a family whose turn ends on the next block's first token (`turn_end_opens_next`), that token
-    is the first thing rendered after the base, and the delta starts after it."""
+    is the first thing rendered after the base, and the delta starts after it. `ended`: the token
+    the turn was stopped by, when it is not the family's `turn_end` (an answer without a call in a
+    family whose calls end on their own token: see `_after_answer`)."""
+    if chat_format is not None and ended is not None and ended != chat_format.turn_end:
+        return _after_answer(tokenizer, new_messages, enable_thinking, chat_format, ended)
     base_messages = list(chat_format.delta_base_for(after) if chat_format else DELTA_BASE)
-    base = render(tokenizer, base_messages, enable_thinking=enable_thinking)
+    template = str(getattr(tokenizer, "chat_template", None))  # a template changed in place renders anew
+    base = _base_render(tokenizer, template, json.dumps(base_messages, sort_keys=True), enable_thinking)
     full = render(tokenizer, base_messages + list(new_messages), add_generation_prompt=True, enable_thinking=enable_thinking)
     eos = chat_format.turn_end if chat_format else tokenizer.eos_token
     if chat_format is not None and chat_format.turn_end_opens_next:  # GLM: the token follows the base
         cut = len(base) if full.startswith(eos, len(base)) else -1
     else:
         cut = base.rfind(eos)
+    if cut >= 0 and not full.startswith(base[: cut + len(eos)]) and _starts_a_new_query(new_messages):
+        # A user's reply starts a new query, and Qwen3-style templates then re-render the turns before
+        # it (past reasoning dropped): the rollout keeps the sampled ids (counted as expected drift),
+        # and the delta is what follows the same turn end in the new render.
+        cut = _nth(full, eos, base[: cut + len(eos)].count(eos))
+        return full[cut + len(eos) :] if cut >= 0 else _template_rewrites()
     if cut < 0 or not full.startswith(base[: cut + len(eos)]):
         raise TemplateError(
             "the chat template re-renders earlier turns when messages are appended, so turn-by-turn "
@@ -79,18 +114,74 @@ def delta_text(
     return full[cut + len(eos) :]
 
 
+@functools.lru_cache(maxsize=64)
+def _base_render(tokenizer: Any, template: str, base_messages: str, enable_thinking: bool) -> str:
+    """The render of a delta's base conversation (JSON), the same for every delta of a rollout:
+    rendered once instead of once per tool or user turn (a third of a step's template work)."""
+    return render(tokenizer, json.loads(base_messages), enable_thinking=enable_thinking)
+
+
+_ANSWER = "rf-delta-answer"
+HISTORY_FORM = {"<|return|>": "<|end|>"}
+"""stop tokens a template writes differently once a message follows: Harmony ends a final answer
+with <|return|> and renders it <|end|> in history (the rollout keeps the sampled token)"""
+
+
+def _after_answer(
+    tokenizer: Any, new_messages: Sequence[Message], enable_thinking: bool, chat_format: ChatFormat, ended: str
+) -> str:
+    """The delta after an answer that stopped on `ended` (Gemma 4's `<turn|>`, Harmony's
+    `<|return|>`, GLM's `<|user|>`, which opens the next block): what the template renders after
+    the answer's text, less the stop token the sampled ids already hold."""
+    answer = chat_format.assistant_message(_ANSWER, [], "")
+    full = render(tokenizer, [DELTA_BASE[0], answer, *new_messages], add_generation_prompt=True, enable_thinking=enable_thinking)
+    rest = full[full.rfind(_ANSWER) + len(_ANSWER) :]
+    for form in (ended, HISTORY_FORM.get(ended)):
+        if form and rest.startswith(form):
+            return rest[len(form) :]
+    raise TemplateError(
+        f"after an answer that stopped on {ended!r} the template renders {rest[:40]!r}: the sampled stop "
+        f"token is not where the template puts the end of the answer, so the {chat_format.name} ids cannot "
+        "be assembled turn by turn"
+    )
+
+
+def _starts_a_new_query(messages: Sequence[Message]) -> bool:
+    return any(message.get("role") not in ("tool", "ipython", "function") for message in messages)
+
+
+def _nth(text: str, marker: str, count: int) -> int:
+    """Where the `count`-th occurrence of `marker` in `text` starts (-1: fewer occurrences)."""
+    position = -1
+    for _ in range(count):
+        position = text.find(marker, position + 1)
+        if position < 0:
+            return -1
+    return position
+
+
+def _template_rewrites() -> str:
+    raise TemplateError(
+        "the chat template re-renders earlier turns when a user message is appended and drops turn ends "
+        "while doing so, so turn-by-turn token assembly is impossible; use a template whose render of a "
+        "conversation keeps one turn end per turn"
+    )
+
+
 def delta_ids(
     tokenizer: Any,
     new_messages: Sequence[Message],
     enable_thinking: bool = False,
     chat_format: ChatFormat | None = None,
     after: Message | None = None,
+    ended: str | None = None,
 ) -> list[int]:
-    """`delta_text`'s ids; `after` is the assistant message the delta follows. A marker's text
-    inside a message (a tool echoing `<|im_end|>`) is tokenized as characters (rollout/guard.py)."""
+    """`delta_text`'s ids; `after` is the assistant message the delta follows, `ended` the stop
+    token it sampled. A marker's text inside a message (a tool echoing `<|im_end|>`) is tokenized
+    as characters (rollout/guard.py)."""
     guarded, found = guard.guard(tokenizer, new_messages, chat_format)
     after = guard.guard_call_names(after)
-    return guard.encode(tokenizer, delta_text(tokenizer, guarded, enable_thinking, chat_format, after), found)
+    return guard.encode(tokenizer, delta_text(tokenizer, guarded, enable_thinking, chat_format, after, ended), found)
 
 
 @dataclass(frozen=True)

@@ -243,6 +243,7 @@ class Trainer:
             **self._overlap(trained, ready.waited_s, timer),
             **self.reward.usage_metrics(),  # the judge's requests, tokens and latency since the last row
             **program_metrics([traj for group in groups for traj in group]),  # agent programs' calls, merges, forks
+            **episode_metrics(self.agent),  # episodes opened and closed, env errors by kind, env time
         }
         sampled = sum(traj.num_sampled_tokens for group in groups for traj in group)
         row["throughput/sampled_tokens_per_s"] = sampled / max(row["time/rollout_s"], 1e-9)
@@ -276,7 +277,8 @@ class Trainer:
                 return SampleId(grpo.seed, step, first + prompt, sample)
 
             in_flight = self.cfg.rollout.max_in_flight
-            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id)
+            keep_open = self.agent.env_factory is not None  # rewards read `sample.env` before it closes
+            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id, keep_open=keep_open)
             return await self._on_backend(step, "the rollouts", work, actor_deaths_only=True)
 
         return rollout
@@ -303,7 +305,21 @@ class Trainer:
             ) from error
 
     async def score(self, groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
-        return await self.reward.score_groups([[Sample.from_trajectory(traj) for traj in group] for group in groups])
+        """Score with each episode's environment still open (`sample.env`), then close them; an
+        episode whose environment failed gets `rollout.env_error_reward` (when set)."""
+        agent = self.agent
+        try:
+            samples = [[Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups]
+            outcomes = await self.reward.score_groups(samples)
+        finally:
+            await agent.close_episodes([traj for group in groups for traj in group])
+        failed, value = "env_error", self.cfg.rollout.env_error_reward
+        if value is None:
+            return outcomes
+        return [
+            [dataclasses.replace(o, score=value) if failed in traj.metadata else o for traj, o in zip(group, scored)]
+            for group, scored in zip(groups, outcomes)
+        ]
 
     def advantages(
         self, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]]
@@ -395,6 +411,12 @@ class Trainer:
             await self.runtime.close()
 
 
+def episode_metrics(agent: Any) -> dict[str, float]:
+    """The step's environment counters (rf.Agent); an agent program reports its calls instead."""
+    counters = getattr(agent, "episode_metrics", None)
+    return counters(reset=True) if counters is not None else {}
+
+
 async def train(
     cfg: RunConfig,
     policy: Policy | None = None,
@@ -407,6 +429,7 @@ async def train(
     eval_data: Any = None,
     trust_run_objects: bool = False,
     replace: bool = False,
+    env: Any = None,
     agent: Any = None,
 ) -> TrainResult:
     """Run GRPO for `cfg.grpo.steps` steps (or until `stop_event.is_set()`); see the module docstring.
@@ -417,10 +440,11 @@ async def train(
     trust_run_objects: on resume, load the folder's objects even without this user's signature
     (data/objects.py: they run code; read code/reward.py first).
     replace: delete the run folder first (local or on storage) and start over.
+    env: an Environment class or factory, one instance per trajectory (`rollout.env` from the kernel).
     agent: an rf.AgentProgram that plays the episodes in place of the config's Agent.
     """
     runner = reward if isinstance(reward, RewardRunner) else None
-    objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data, agent)
+    objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data, env=env, agent=agent)
     check_names(cfg, objects)  # a name that resolves to nothing fails before the model loads
     if replace and not resume:
         RunFolder(cfg.run_dir).store.remove("")

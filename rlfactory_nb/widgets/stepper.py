@@ -1,7 +1,10 @@
 """RolloutStepper: walk through one live rollout a turn at a time.
 
-"Next turn" runs one assistant turn and the tool calls it makes (`AgentSession.step`), "Run to end"
-finishes the trajectory, "Reset" starts a fresh one from the same prompt. The trajectory under the
+"Next turn" runs one assistant turn and the tool calls it makes, or the environment's response to
+it (`AgentSession.step`), "Run to end" finishes the trajectory, "Reset" starts a fresh one from the
+same prompt (closing an episode in progress). With an environment, a dataset row as the prompt is
+what its `reset` sees, and the view shows what the environment or a simulated user said, each
+labelled, and the episode's state after every step. The trajectory under the
 buttons is the same object `agent.rollout` would return, drawn by TrajectoryView after every turn.
 The async methods (`next_turn`, `run_to_end`) are the API; the buttons schedule them on the kernel's
 loop so the kernel stays responsive while the model generates.
@@ -17,6 +20,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from rlfactory_nb._async import run_sync
+from rlfactory_nb.envs.base import ToolSetEnvironment
 from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rollout.agent import Agent, AgentSession
 from rlfactory_nb.runtime import Runtime
@@ -49,6 +54,8 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         agent = agent.agent() if isinstance(agent, Runtime) else agent
         self.agent = agent
         self.messages = as_messages(prompt)
+        self.row = prompt if isinstance(prompt, dict) else None
+        """a dataset row given as the prompt: an environment's `reset` sees its columns"""
         self.metadata = dict(metadata or (prompt.get("metadata") if isinstance(prompt, dict) else None) or {})
         if isinstance(prompt, dict) and "ground_truth" in prompt:
             self.metadata.setdefault("ground_truth", prompt["ground_truth"])
@@ -61,7 +68,7 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         self.next_button.on_click(lambda _: self._click(self.next_turn))
         self.run_button.on_click(lambda _: self._click(self.run_to_end))
         self.reset_button.on_click(lambda _: self._click(self.reset))
-        self.session: AgentSession = agent.start(self.messages, self.metadata)
+        self.session: AgentSession = agent.start(self._prompt(), self.metadata)
         self.view = TrajectoryView(self.session.trajectory, agent.tokenizer)
         buttons = widgets.HBox([self.next_button, self.run_button, self.reset_button, self.status])
         super().__init__([buttons, self.versions, self.view, self.errors])
@@ -91,13 +98,21 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         return self.trajectory
 
     def reset(self) -> None:
-        """Start over from the prompt (a new sample)."""
-        self.session = self.agent.start(self.messages, self.metadata)
+        """Start over from the prompt (a new sample); an episode in progress is closed."""
+        previous = self.session
+        if not previous.done:
+            _close_soon(previous)
+        self.session = self.agent.start(self._prompt(), self.metadata)
         self.errors.clear_output()
         self._refresh()
 
     def static_html(self) -> str:
         return f"<div>{self.status.value}</div>{self.versions.value}{self.view.static_html()}"
+
+    def _prompt(self) -> Any:
+        if self.row is None:
+            return self.messages
+        return {key: value for key, value in self.row.items() if key != "metadata"}
 
     def _click(self, action: Any) -> None:
         if self._busy:
@@ -119,11 +134,25 @@ class RolloutStepper(StaticFallback, widgets.VBox):
         ended = self.session.done
         self.next_button.disabled = self.run_button.disabled = ended or self._busy
         state = "running..." if self._busy else (f"ended: {html.escape(traj.finish_reason)}" if ended else "ready")
-        self.status.value = f"&nbsp;turn {traj.num_turns} of at most {self.agent.max_turns} &middot; {state}"
+        episode_env = getattr(self.session, "env", None)  # an agent program's session has none
+        env = "" if isinstance(episode_env, ToolSetEnvironment) or episode_env is None else (
+            f" &middot; environment {html.escape(type(episode_env).__name__)}"
+        )
+        self.status.value = f"&nbsp;turn {traj.num_turns} of at most {self.agent.max_turns} &middot; {state}{env}"
         self.versions.value = versions_html(traj.turns)
 
 
 register_view(AgentProgram)(RolloutStepper)
+
+
+def _close_soon(session: AgentSession) -> None:
+    """Close an abandoned session's environment: on the running loop (a notebook cell), else now."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        run_sync(session.close())
+        return
+    loop.create_task(session.close())
 
 
 def versions_html(turns: Sequence[Turn]) -> str:

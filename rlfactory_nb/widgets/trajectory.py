@@ -1,7 +1,8 @@
 """TrajectoryView: one trajectory as the trainer sees it.
 
 Turns with their reasoning folded, their parsed calls (name, arguments, parse errors) and tool
-results (status, latency, cached), then the token strip: every response token, green where the loss mask is 1 (sampled by the
+results (status, latency, cached), what an environment or a simulated user said to an answer (each
+labelled apart from tool results) and the episode's state after the turn, then the token strip: every response token, green where the loss mask is 1 (sampled by the
 policy, trained) and grey where it is 0 (template and tool tokens, masked); hovering a token shows
 its id and, for trained tokens, the engine's logprob. A toggle shows the drift check's verdict.
 
@@ -31,6 +32,8 @@ _STYLE = f"""<style>
 .rf-turn pre {{ margin: 2px 0; white-space: pre-wrap; }}
 .rf-table td, .rf-table th {{ padding: 2px 8px; text-align: left; }}
 .rf-reasoning {{ color: #555; }} .rf-reasoning pre {{ font-style: italic; }}
+.rf-reply {{ border-left: 3px solid #6a4fb3; padding-left: 6px; margin: 2px 0; }}
+.rf-state pre {{ color: #355; font-size: 90%; margin: 0; }}
 </style>"""
 
 
@@ -48,6 +51,14 @@ def summary_html(traj: Trajectory) -> str:
         parts.append(f"reward {reward:.3f}" if isinstance(reward, (int, float)) else f"reward {html.escape(str(reward))}")
     if "ground_truth" in traj.metadata:
         parts.append(f"ground truth {html.escape(str(traj.metadata['ground_truth']))}")
+    if "env_reward" in traj.metadata:
+        parts.append(f"environment reward {html.escape(str(traj.metadata['env_reward']))}")
+    error = traj.metadata.get("env_error")
+    if isinstance(error, dict):
+        parts.append(
+            f"<span style='color:#b00020'>environment failed in {html.escape(str(error.get('kind')))}: "
+            f"{html.escape(str(error.get('message', ''))[:300])}</span>"
+        )
     if drift_summary(traj):
         parts.append(drift_summary(traj))
     if "program" in traj.metadata:
@@ -85,8 +96,30 @@ def turn_html(index: int, turn: Turn) -> str:
         f"<div class='rf-turn'><b>assistant turn {index}</b> ({turn.num_tokens} tokens, "
         f"{turn.generate_s:.2f} s generate, {turn.tools_s:.2f} s tools, {html.escape(turn.finish_reason)})"
         f"{reasoning_html(turn)}<pre>{html.escape(turn.answer if turn.reasoning and turn.answer is not None else turn.text)}</pre>"
-        f"{table}</div>"
+        f"{table}{replies_html(turn)}{state_html(turn.state)}</div>"
     )
+
+
+SPEAKER_LABELS = {"user": "user (simulated)", "env": "environment"}
+
+
+def replies_html(turn: Turn) -> str:
+    """What the environment said to an answer without a call, labelled by who said it (a simulated
+    user, or the environment: a game's move), apart from tool results; its tokens are masked."""
+    if not turn.replies:
+        return ""
+    label = html.escape(SPEAKER_LABELS.get(turn.speaker, turn.speaker or "environment"))
+    said = "".join(f"<pre>{html.escape(str(message.get('content', '')))}</pre>" for message in turn.replies)
+    timing = f" ({turn.env_s:.2f} s)" if turn.env_s else ""
+    return f"<div class='rf-reply rf-reply-{html.escape(turn.speaker or 'env')}'><b>{label}</b>{timing} (masked){said}</div>"
+
+
+def state_html(state: dict[str, Any] | None, label: str = "state after this turn") -> str:
+    """An environment's `state()` as the loop recorded it (JSON-safe), folded under a label."""
+    if state is None:
+        return ""
+    shown = html.escape(json.dumps(state, ensure_ascii=False, indent=1, default=str)[:2000])
+    return f"<details class='rf-state' open><summary>{html.escape(label)}</summary><pre>{shown}</pre></details>"
 
 
 def reasoning_html(turn: Turn) -> str:
@@ -107,7 +140,7 @@ def prompt_html(traj: Trajectory) -> str:
         if message["role"] == "assistant":
             break
         lines.append(f"<div><b>{html.escape(message['role'])}</b>: {html.escape(str(message['content'])[:500])}</div>")
-    return "".join(lines)
+    return "".join(lines) + state_html(traj.metadata.get("env_state"), "state after reset")
 
 
 def token_strip_html(traj: Trajectory, tokenizer: Any = None) -> str:

@@ -1,0 +1,134 @@
+"""TRL-style environment classes, brought unchanged: `env=trl_env(MyEnv)`.
+
+TRL's GRPOTrainer takes `environment_factory=MyEnv`: a class made once per rollout with no arguments,
+whose public methods (each with a docstring in the Google style) are the model's tools, whose
+`reset(**row)` receives the dataset row's columns and may return a string that is appended to the
+prompt's last user message, and whose state a reward function reads (`environments=` in TRL).
+
+This adapter gives such a class the rlfactory `Environment` shape without a line changed in it:
+
+    class Counter:                       # written for TRL
+        def reset(self, **kwargs): self.n = 0
+        def increment(self, a: int) -> int:
+            '''Increment the counter.
+
+            Args:
+                a: how much to add
+            '''
+            self.n += a
+            return self.n
+
+    agent = rf.Agent(policy, env=trl_env(Counter, reward=lambda env: float(env.n == 3)))
+
+A reward function sees the TRL object as `sample.env.inner`. The adapter imports nothing from TRL:
+the convention is plain Python.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rlfactory_nb.envs.base import EnvFactory, Environment, Reset
+from rlfactory_nb.tools.python import PythonTool, tool
+from rlfactory_nb.types import Message
+
+NOT_TOOLS = frozenset({"reset", "close"})
+"""public methods that are part of the convention, never offered to the model"""
+
+
+def trl_env(
+    factory: Callable[[], Any], *, reward: Callable[[Any], float | dict[str, float] | None] | None = None
+) -> EnvFactory:
+    """An Environment factory over a TRL-style class (or zero-argument factory).
+
+    `reward(inner)`, if given, scores the final state of the TRL object; otherwise the object's own
+    zero-argument `reward()` method, if it has one, is used (and is then not a tool)."""
+    if not callable(factory):
+        raise TypeError(f"trl_env: expected a class or zero-argument factory, got {factory!r}")
+    return functools.partial(TRLEnvironment, factory, reward)
+
+
+class TRLEnvironment(Environment):
+    """One TRL-style object per episode; its documented public methods are the episode's tools."""
+
+    def __init__(self, factory: Callable[[], Any], reward: Callable[[Any], Any] | None = None):
+        self.inner = factory()
+        self._reward_fn = reward
+        self._methods = methods_as_tools(self.inner, skip=NOT_TOOLS | ({"reward"} if reward is None else set()))
+
+    def _tools(self) -> dict[str, PythonTool]:
+        # the base class's tool_specs and call_tools read the episode's tools from here
+        return self._methods
+
+    def reset(self, row: dict[str, Any], *, seed: int) -> Reset | None:
+        reset = getattr(self.inner, "reset", None)
+        if reset is None:
+            return None
+        opening = reset(**accepted_kwargs(reset, row_columns(row, seed)))
+        if not opening:
+            return None
+        return Reset(messages=appended_to_last_user(row.get("messages", []), str(opening)), replace_prompt=True)
+
+    def reward(self) -> float | dict[str, float] | None:
+        if self._reward_fn is not None:
+            return self._reward_fn(self.inner)
+        own = getattr(self.inner, "reward", None)
+        return own() if callable(own) else None
+
+    def state(self) -> dict[str, Any] | None:
+        public = {k: v for k, v in vars(self.inner).items() if not k.startswith("_")}
+        return {k: v for k, v in public.items() if isinstance(v, (str, int, float, bool, type(None), list, dict))}
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+def methods_as_tools(instance: Any, skip: frozenset[str] | set[str] = NOT_TOOLS) -> dict[str, PythonTool]:
+    """The documented public methods of `instance` as tools bound to it, by name (TRL's rule: a
+    method without a docstring is not a tool, since the model would be told nothing about it)."""
+    found: dict[str, PythonTool] = {}
+    for name in dir(type(instance)):
+        if name.startswith("_") or name in skip:
+            continue
+        if not inspect.isfunction(inspect.getattr_static(instance, name)):
+            continue  # properties and attributes are read by nobody here: no side effects
+        method = getattr(instance, name)
+        if not inspect.getdoc(method):
+            continue
+        found[name] = tool(method, name=name)
+    return found
+
+
+def row_columns(row: dict[str, Any], seed: int) -> dict[str, Any]:
+    """What `reset(**row)` receives: the row's columns but its prompt, plus the episode's seed."""
+    columns = {k: v for k, v in row.items() if k not in ("messages", "prompt")}
+    columns.setdefault("seed", seed)
+    return columns
+
+
+def accepted_kwargs(fn: Callable[..., Any], columns: dict[str, Any]) -> dict[str, Any]:
+    """The columns `fn` accepts: all of them with **kwargs, else only its named parameters."""
+    parameters = inspect.signature(fn).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return dict(columns)
+    names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in columns.items() if k in names}
+
+
+def appended_to_last_user(messages: Sequence[Message], text: str) -> list[Message]:
+    """The prompt with `text` appended to its last user message (a new user message if it has none).
+
+    >>> appended_to_last_user([{"role": "user", "content": "Play."}], "Board: X..")
+    [{'role': 'user', 'content': 'Play.\\n\\nBoard: X..'}]
+    """
+    out = [dict(m) for m in messages]
+    for message in reversed(out):
+        if message["role"] == "user":
+            message["content"] = f"{message['content']}\n\n{text}" if message["content"] else text
+            return out  # type: ignore[return-value]
+    return [*out, {"role": "user", "content": text}]  # type: ignore[list-item]

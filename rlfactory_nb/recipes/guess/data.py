@@ -1,0 +1,43 @@
+"""The guessing game's rows: a range of eight numbers somewhere in 1-40 and a secret in it.
+
+    python -m rlfactory_nb.recipes.guess.data      # writes examples/guess/data/{train,heldout}.jsonl
+
+Train and held-out rows come from different seeds (the same range and secret can occur in both: there
+are only 33 x 8 games; what is held out is the sample, the measurement is the policy's skill).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+WIDTH = 8
+DATA = Path(__file__).resolve().parents[3] / "examples" / "guess" / "data"
+SPLITS = {"train": (0, 512), "heldout": (1, 64)}
+"""split -> (seed, rows)"""
+
+
+def rows(seed: int, count: int) -> list[dict]:
+    rng = random.Random(f"guess:{seed}")
+    out = []
+    for _ in range(count):
+        low = rng.randint(1, 40 - WIDTH + 1)
+        high = low + WIDTH - 1
+        prompt = f"I picked a number from {low} to {high}. Guess it: answer with one number."
+        secret = rng.randint(low, high)
+        out.append({"messages": [{"role": "user", "content": prompt}], "low": low, "high": high,
+                    "secret": secret, "ground_truth": str(secret)})
+    return out
+
+
+def main() -> None:
+    DATA.mkdir(parents=True, exist_ok=True)
+    for split, (seed, count) in SPLITS.items():
+        path = DATA / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows(seed, count)))
+        print(f"{path}: {count} rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The guessing game as an Environment: the model says a number, the game says higher or lower.
+
+The row gives the range and the secret (`low`, `high`, `secret`; without a secret one is drawn from
+the episode's seed). Each answer without a tool call is a guess: its last integer is read, and the
+game replies "higher", "lower", or ends the episode when the guess is right or the guesses run out.
+An answer with no number still costs a guess and is told how to answer.
+
+The reward is 1 for a find on the first guess, 0.1 less for each further guess; a game lost earns at
+most 0.2, for the share of its guesses that kept to the hints. Finding it fast (binary search over
+the hints) is what pays; keeping to the hints is the step towards it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from rlfactory_nb.envs.base import Environment, Response
+from rlfactory_nb.types import Turn
+
+MAX_GUESSES = 4
+HINT_CREDIT = 0.2
+"""an episode that never finds the number earns this times the share of its guesses that kept to
+the range and the hints: a denser signal than the find alone, below any find's reward (0.7 at least)"""
+_INTEGER = re.compile(r"-?\d+")
+
+
+def read_guess(text: str) -> int | None:
+    """The last integer in an answer (None when there is none).
+
+    >>> read_guess("I think it is 7."), read_guess("12 or 13? 13"), read_guess("no idea")
+    (7, 13, None)
+    """
+    found = _INTEGER.findall(text)
+    return int(found[-1]) if found else None
+
+
+class Guess(Environment):
+    """One game: a secret in [low, high], at most `max_guesses` guesses."""
+
+    def __init__(self, max_guesses: int = MAX_GUESSES):
+        self.max_guesses = max_guesses
+        self.low, self.high, self.secret = 1, 8, 1
+        self.guesses: list[int | None] = []
+        self.kept_to_hints = 0
+        """guesses inside the interval the range and the earlier hints still allowed"""
+        self.allowed = (1, 8)
+        self.solved = False
+
+    def reset(self, row: dict[str, Any], *, seed: int) -> None:
+        self.low, self.high = int(row.get("low", 1)), int(row.get("high", 8))
+        self.secret = int(row["secret"]) if "secret" in row else random.Random(seed).randint(self.low, self.high)
+        self.guesses, self.solved, self.kept_to_hints, self.allowed = [], False, 0, (self.low, self.high)
+
+    def respond(self, turn: Turn) -> Response:
+        guess = read_guess(turn.answer if turn.answer is not None else turn.text)
+        self.guesses.append(guess)
+        self.solved = guess == self.secret
+        self._narrow(guess)
+        out_of_guesses = len(self.guesses) >= self.max_guesses
+        if self.solved or out_of_guesses:
+            said = "Correct!" if self.solved else f"Out of guesses: it was {self.secret}."
+            return Response([{"role": "user", "content": said}], done=True, reward=self.reward())
+        if guess is None:
+            hint = f"Answer with one number from {self.low} to {self.high}."
+        else:
+            hint = "Higher." if guess < self.secret else "Lower."
+        return Response([{"role": "user", "content": hint}])
+
+    def reward(self) -> float:
+        if self.solved:
+            return round(1.0 - 0.1 * (len(self.guesses) - 1), 3)
+        return round(HINT_CREDIT * self.kept_to_hints / max(1, len(self.guesses)), 3)
+
+    def _narrow(self, guess: int | None) -> None:
+        low, high = self.allowed
+        if guess is None or not low <= guess <= high:
+            return
+        self.kept_to_hints += 1
+        if guess != self.secret:
+            self.allowed = (guess + 1, high) if guess < self.secret else (low, guess - 1)
+
+    def state(self) -> dict[str, Any]:
+        return {"range": [self.low, self.high], "guesses": list(self.guesses), "solved": self.solved}
