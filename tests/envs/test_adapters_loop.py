@@ -23,6 +23,7 @@ from rlfactory_nb.envs.adapters import (
     trl_env,
 )
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+from rlfactory_nb.rollout.seeds import SampleId
 
 from .test_adapters import Counter
 from .test_adapters_openenv import GUESS_APP, openenv_available
@@ -155,7 +156,11 @@ async def test_textarena_game_through_the_loop(tokenizer):
     pytest.importorskip("textarena")
     play = binary_search(TEXTARENA_TURN, 1, 20, lambda n: f"[{n}]")
     agent = agent_for(tokenizer, ScriptedEngine(tokenizer, play), textarena_env("GuessTheNumber-v0"), max_turns=10)
-    traj = await agent.rollout({"messages": [{"role": "system", "content": "Play well."}]})
+    row = {"messages": [{"role": "system", "content": "Play well."}]}
+    for sample in range(8):  # seeded games; the first whose secret is not the first guess (1 in 20 is)
+        traj = await agent.rollout(row, sample_id=SampleId(seed=0, step=1, prompt=0, sample=sample))
+        if traj.num_turns > 1:
+            break
     assert traj.finish_reason == "stop", traj.metadata.get("env_error")
     assert traj.metadata["env_reward"] == 1.0
     game_text = masked(tokenizer, traj, 0)
