@@ -87,9 +87,13 @@ async def test_openenv_episode_through_the_loop_wins_with_masked_tool_tokens(tok
     assert traj.finish_reason == "stop", traj.metadata.get("env_error")
     assert traj.metadata["env_reward"] == 1.0
     assert traj.messages[1]["content"].startswith("I picked a number between 1 and 100")  # the reset observation
+    # the winning call's observation said done: the episode ended after that turn (finished()),
+    # its result recorded in the turn but not fed back to the model
+    assert traj.turns[-1].results[-1].content == "correct" and traj.turns[-1].calls
     tool_texts = [m["content"] for m in traj.messages if m["role"] == "tool"]
-    assert tool_texts[-1] == "correct" and set(tool_texts[:-1]) <= {"higher", "lower"}
-    assert "correct" in masked(tokenizer, traj, 0) and "correct" not in masked(tokenizer, traj, 1)
+    assert set(tool_texts) <= {"higher", "lower"} and len(tool_texts) == traj.num_turns - 1
+    assert "higher" in masked(tokenizer, traj, 0) or "lower" in masked(tokenizer, traj, 0)
+    assert "higher" not in masked(tokenizer, traj, 1) and "lower" not in masked(tokenizer, traj, 1)
     assert '"name": "guess"' in masked(tokenizer, traj, 1)
     assert agent.episode_stats.open_now == 0 and not agent.episode_stats.errors
 

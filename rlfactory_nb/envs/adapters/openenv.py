@@ -119,6 +119,10 @@ class OpenEnvEnvironment(Environment):
     async def call_tools(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         return [await self._call(call) for call in calls]
 
+    def finished(self) -> bool:
+        """An observation said done (a game won by a tool call): the episode ends after this turn."""
+        return self.done
+
     async def respond(self, turn: Turn) -> Response | None:
         if self.done or self._action is None:
             return Response(done=True, reward=self.reward())
