@@ -197,11 +197,18 @@ class AgentProgram:
 
     async def rollout(
         self, messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None,
-        sample_id: SampleId | None = None,
+        sample_id: SampleId | None = None, *, keep_open: bool = False,
     ) -> Trajectory:
         """Run one episode of `fn` on a dataset row (or prompt messages and the row's other columns
-        as `metadata`, as rf.Agent takes them); `sample_id` seeds its calls."""
+        as `metadata`, as rf.Agent takes them); `sample_id` seeds its calls. `keep_open` is rf.Agent's:
+        a program's episode holds no environment, so nothing stays open."""
         return await ProgramSession(self, _row(messages, metadata), sample_id, stepped=False).run()
+
+    def env_of(self, traj: Trajectory) -> None:
+        """rf.Agent's hook for rewards that read an episode's environment: a program has none."""
+
+    async def close_episodes(self, trajectories: Any) -> None:
+        """rf.Agent's hook: nothing of a program's episode is left open."""
 
     def rollout_sync(self, row: Sequence[Message] | dict[str, Any]) -> Trajectory:
         return run_sync(self.rollout(row))

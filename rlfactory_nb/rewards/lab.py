@@ -101,11 +101,15 @@ class RewardLab:
             raise LabNotSampled("no rollouts yet: `await lab.sample(n_prompts)` first")
         runner = RewardRunner(self.rewards, on_error="zero", timeout_s=self.timeout_s)
         self.outcomes = await runner.score_groups(
-            [[Sample.from_trajectory(traj, env=self.agent.env_of(traj)) for traj in group] for group in self.groups]
+            [[Sample.from_trajectory(traj, env=self._env_of(traj)) for traj in group] for group in self.groups]
         )
         for callback in self._on_change:
             callback()
         return self
+
+    def _env_of(self, traj: Any) -> Any:
+        """The episode's open environment, for rewards that read it (`sample.env`); None without an agent."""
+        return None if self.agent is None else self.agent.env_of(traj)
 
     def sample_sync(self, n_prompts: int = 8, start: int = 0) -> RewardLab:
         return run_sync(self.sample(n_prompts, start))
