@@ -132,7 +132,11 @@ class RewardLab:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(objects.dumps())
-        path.with_suffix(".py").write_text(source_listing(objects.functions()), encoding="utf-8")
+        header = (
+            f"The lab reward saved by RewardLab.save_reward, for reading: this file is never run. "
+            f"RewardLab.load_reward loads the pickled copy, {path.name}, in this folder."
+        )
+        path.with_suffix(".py").write_text(source_listing(objects.functions(), header), encoding="utf-8")
         return path
 
     @staticmethod
