@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
-    except Exception as error:  # noqa: BLE001  (a failure, not a mistake: still one line unless --debug)
+    except Exception as error:  # a failure, not a mistake: still one line unless --debug
         if debug:
             raise
         print(f"error: {type(error).__name__}: {one_line(error)} (rerun with {DEBUG_FLAG} for the traceback)", file=sys.stderr)

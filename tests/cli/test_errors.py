@@ -52,7 +52,7 @@ def test_every_user_mistake_is_one_line_naming_the_fix_with_exit_code_2(tmp_path
 def test_debug_shows_the_traceback_and_the_installed_command_answers_in_one_line(tmp_path):
     command = [sys.executable, "-m", "rlfactory_nb.cli", "train", str(tmp_path / "nope.yaml")]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    plain = subprocess.run(command, capture_output=True, text=True, env=env, timeout=100)
+    plain = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=100)
     assert plain.returncode == 2 and plain.stderr.strip().count("\n") == 0, plain.stderr
-    debug = subprocess.run([*command, "--debug"], capture_output=True, text=True, env=env, timeout=100)
+    debug = subprocess.run([*command, "--debug"], check=False, capture_output=True, text=True, env=env, timeout=100)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "FileNotFoundError" in debug.stderr
