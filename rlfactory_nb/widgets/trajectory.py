@@ -151,8 +151,8 @@ def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
     where = "in the prompt" if position < len(traj.prompt_ids) else f"at response token {position - len(traj.prompt_ids)}"
     return (
         f"<div style='color:#b35c00'>drift check: the rollout ids differ from a full render at position "
-        f"{position} ({where}); rollout context <code>{html.escape(repr(context))}</code>. Training uses the "
-        "rollout ids as sampled.</div>"
+        f"{position} ({where}): <code>{html.escape(str(traj.metadata.get('drift_tokens', '')))}</code>; rollout "
+        f"context <code>{html.escape(repr(context))}</code>. Training uses the rollout ids as sampled.</div>"
     )
 
 
