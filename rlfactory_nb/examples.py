@@ -5,6 +5,12 @@ project root; yet an example's config names files relative to the project root. 
 finds the project (the working directory or a parent of it, or the checkout this package was
 installed from, or $RLFACTORY_NB_EXAMPLES) and resolves those paths, so the same notebook cell works
 from all three.
+
+An example also declares what the notebooks show with it (examples/<name>/notebook.yaml,
+`Example.notebook`): notebook 01's demo prompt and tool call to try by hand, the rewards notebook
+02's lab scores side by side, and the held-out set notebooks 03-04 evaluate on. So
+`example="nl2sql"` sends an NL2SQL question and a `sql` call, and `example="gsm8k"` scores with
+`rf.rewards.gsm8k`, not the calculator's.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.config import RunConfig, config_paths
+from rlfactory_nb.config_schema import build, load_yaml
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.runtime import Runtime, build_tools
 from rlfactory_nb.tools.toolset import ToolSet
@@ -25,6 +32,29 @@ if TYPE_CHECKING:
     from rlfactory_nb.models.policy import Policy
 
 CONFIG_FILE = "config.yaml"
+NOTEBOOK_FILE = "notebook.yaml"
+
+
+@dataclass(frozen=True)
+class NotebookDefaults:
+    """What notebooks 01-04 use for an example (its notebook.yaml); a notebook parameter left None
+    takes the value from here."""
+
+    demo_prompt: str
+    """notebook 01's first rollout: the user's message (after the system prompt the example's rows
+    carry, if they carry one)"""
+    tool_call: dict[str, Any]
+    """notebook 01's call to try by hand: `{"name": tool, "arguments": {...}}`, a tool the example has"""
+    lab_rewards: dict[str, str]
+    """notebook 02's rewards of the example, `name: module:function`; the first is the one its config
+    trains with"""
+    eval_set: str = "eval"
+    """what notebooks 03-04 evaluate on: "eval" (the config's data.eval) or a rows file"""
+
+    @classmethod
+    def from_file(cls, path: Path) -> NotebookDefaults:
+        data = load_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+        return build(cls, data, str(path))
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,36 @@ class Example:
             if named.kind != "model" and not named.path.is_absolute()
         }
         return cfg.replace(resolved) if resolved else cfg
+
+    @property
+    def notebook(self) -> NotebookDefaults:
+        """What the notebooks use for this example (module docstring); FileNotFoundError naming the
+        file when the example declares none."""
+        path = self.folder / NOTEBOOK_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"example {self.name!r} declares no notebook defaults: add {path} (see examples/calculator/)")
+        return NotebookDefaults.from_file(path)
+
+    def demo_messages(self, prompt: str | None = None) -> list[dict[str, str]]:
+        """Notebook 01's prompt: the system prompt of the example's rows (when they have one), then
+        `prompt` (default: the example's demo prompt) as the user's message."""
+        first = self.dataset("train", 1)[0].get("messages", [])
+        system = [dict(message) for message in first[:1] if message.get("role") == "system"]
+        return [*system, {"role": "user", "content": prompt or self.notebook.demo_prompt}]
+
+    def lab_rewards(self) -> dict[str, Any]:
+        """The example's rewards for notebook 02's lab, by name (loaded from their specs)."""
+        from rlfactory_nb.rewards.loading import load_reward  # deferred: rewards load their recipes
+
+        return {name: load_reward(spec) for name, spec in self.notebook.lab_rewards.items()}
+
+    def eval_rows(self, n: int | None = None) -> list[Row]:
+        """The held-out rows the notebooks evaluate on (`notebook.eval_set`), at most `n`."""
+        eval_set = self.notebook.eval_set
+        if eval_set == "eval":
+            return self.dataset("eval", n)
+        path = Path(eval_set)
+        return load_rows(str(path if path.is_absolute() else self.root / path), n)
 
     def runtime(
         self,

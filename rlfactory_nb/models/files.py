@@ -91,7 +91,7 @@ def _check_hub_reachable(repo_id: str) -> None:
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     why = "HF_HUB_OFFLINE is set" if offline else None if _hub_reachable() else "no network reaches the Hugging Face hub"
     if why is not None:
-        from rlfactory_nb.models import presets
+        from rlfactory_nb.models import presets  # here: presets import torch and transformers
 
         raise ModelFilesError(
             f"model {repo_id!r} is not a preset, a local folder or in the Hugging Face cache, and {why}: download it "
