@@ -15,6 +15,7 @@ An example also declares what the notebooks show with it (examples/<name>/notebo
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -109,6 +110,11 @@ class Example:
         path = Path(eval_set)
         return load_rows(str(path if path.is_absolute() else self.root / path), n)
 
+    def changes(self, cfg: RunConfig) -> ConfigChanges:
+        """What `cfg` changes from this example's config: the keys to read in a notebook, rather than
+        the whole YAML (about 110 lines)."""
+        return ConfigChanges(self.name, tuple(_differences(self.config().to_dict(), cfg.to_dict())))
+
     def runtime(
         self,
         policy: Policy | Engine | None = None,
@@ -134,6 +140,46 @@ class Example:
         if tools is None:
             raise ValueError(f"example {self.name!r} has no tools (tools.config is null in its config)")
         return tools
+
+
+@dataclass(frozen=True)
+class ConfigChanges:
+    """(key, the example's value, this config's value) of every key that differs; a table in a notebook."""
+
+    example: str
+    rows: tuple[tuple[str, Any, Any], ...]
+
+    def __repr__(self) -> str:
+        if not self.rows:
+            return f"the {self.example} example's config, unchanged"
+        lines = [f"changed from the {self.example} example's config ({len(self.rows)} keys):"]
+        return "\n".join(lines + [f"  {key}: {old!r} -> {new!r}" for key, old, new in self.rows])
+
+    def _repr_html_(self) -> str:
+        if not self.rows:
+            return f"<div>{html.escape(repr(self))}</div>"
+        cells = "".join(
+            f"<tr><td style='text-align:left'><code>{html.escape(key)}</code></td><td style='text-align:left'>"
+            f"{html.escape(repr(old))}</td><td style='text-align:left'><b>{html.escape(repr(new))}</b></td></tr>"
+            for key, old, new in self.rows
+        )
+        return (
+            f"<div>changed from the <b>{html.escape(self.example)}</b> example's config ({len(self.rows)} keys; "
+            "<code>cfg.to_yaml()</code> shows it whole)</div><table class='rf-config-changes'><tr>"
+            f"<th style='text-align:left'>key</th><th style='text-align:left'>example</th><th style='text-align:left'>this run</th></tr>{cells}</table>"
+        )
+
+
+def _differences(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, before, after) where they differ; sections present on both sides are walked."""
+    found = []
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping) and key != "kernel_objects":
+            found += _differences(old, new, f"{prefix}{key}.")
+        elif old != new:
+            found.append((f"{prefix}{key}", old, new))
+    return found
 
 
 def project_roots() -> list[Path]:

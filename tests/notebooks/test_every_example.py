@@ -53,3 +53,12 @@ def test_notebooks_01_and_02_serve_the_example(name, tmp_path, tiny_policy):
     example_rewards = list(rf.example(name).notebook.lab_rewards)
     (line,) = [line for line in tagged_output(executed[1], "lab-rewards").splitlines() if line.startswith("lab rewards:")]
     assert line == "lab rewards: " + ", ".join([*example_rewards, "used_tool", "shaped"]), line
+
+
+def test_notebook_03_shows_what_the_config_changes_not_the_whole_yaml():
+    example = rf.example("calculator")
+    changes = example.changes(example.config({"grpo.steps": 2, "model.lora": {"rank": 4, "alpha": 8}}))
+    assert [key for key, _, _ in changes.rows] == ["grpo.steps", "model.lora"]
+    assert repr(changes).splitlines()[1] == "  grpo.steps: 40 -> 2" and len(repr(changes).splitlines()) == 3
+    assert "<code>grpo.steps</code>" in changes._repr_html_()
+    assert "unchanged" in repr(example.changes(example.config()))
