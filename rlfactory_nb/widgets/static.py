@@ -35,6 +35,8 @@ class Series:
     """"line" (with markers), "markers" or "bar\""""
     bar_width: float | None = None
     """a numeric bar's width in x units (histogram bins); None: from the spacing of the x values"""
+    dash: bool = False
+    """a dashed line: one drawn exactly over another, so that both show"""
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,8 @@ def _line(series: Series, color: str, x_of: Any, y_of: Any) -> list[str]:
     parts = []
     if series.kind == "line" and len(points) > 1:
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        dashes = ' stroke-dasharray="6 4"' if series.dash else ""
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dashes}/>')
     for (x, y), (vx, vy) in zip(points, zip(series.x, series.y)):
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"><title>{_text(series.name)} {_text(str(vx))}: {vy:.4g}</title></circle>')
     return parts
