@@ -143,7 +143,8 @@ def charts_from_figure(figure: Any) -> list[Chart]:
             kind = "markers" if (trace.mode or "lines") == "markers" else "line"
             series.append(Series(trace.name or "", tuple(trace.x or range(len(trace.y or ()))), tuple(float(v) for v in trace.y or ()), kind))
     y_range = tuple(layout.yaxis.range) if layout.yaxis.range else None
-    barmode = "overlay" if series and all(t.type == "histogram" for t in figure.data) else (layout.barmode or "group")
+    histograms = bool(series) and all(t.type == "histogram" for t in figure.data)
+    barmode = layout.barmode or ("overlay" if histograms else "group")
     return [Chart(layout.title.text or "", tuple(series), barmode, layout.xaxis.title.text or "", y_range=y_range)]
 
 
