@@ -156,6 +156,12 @@ def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
     )
 
 
+def drift_details(traj: Trajectory, tokenizer: Any = None) -> str:
+    """The drift check folded behind a "Drift check" summary (a saved view's twin of the toggle)."""
+    verdict = drift_summary(traj) or "not run"
+    return f"<details class='rf-drift'><summary>Drift check: {verdict}</summary>{drift_html(traj, tokenizer)}</details>"
+
+
 def drift_summary(traj: Trajectory) -> str:
     """The drift verdict in a few words, for the summary line ('' before the check has run)."""
     position = traj.metadata.get("drift_position")
@@ -205,7 +211,8 @@ class TrajectoryView(StaticFallback, widgets.VBox):
         self.drift.value = drift_html(trajectory, self.tokenizer)
 
     def static_html(self) -> str:
-        return view_html(self.trajectory, self.tokenizer) + drift_html(self.trajectory, self.tokenizer)
+        """The view, with the drift check folded behind "Drift check" as the live toggle keeps it."""
+        return view_html(self.trajectory, self.tokenizer) + drift_details(self.trajectory, self.tokenizer)
 
     def _toggle_drift(self, change: dict[str, Any]) -> None:
         self.drift.layout.display = "block" if change["new"] else "none"
