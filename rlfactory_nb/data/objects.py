@@ -146,6 +146,10 @@ class RunObjects:
                 entries.append(entry)
             if entries:
                 record[kind] = entries
+        for name, value in self._other_code():  # an environment, an agent program: whatever a field holds
+            source = readable_source(value)
+            record[name] = {"name": _own_name(value, name), "module": getattr(value, "__module__", None) or "?",
+                            "sha256": hashlib.sha256(source.encode()).hexdigest(), "source": f"{code_dir}/{name}.py"}
         for name in ("train_data", "eval_data"):
             rows = getattr(self, name)
             if rows is not None:
@@ -174,12 +178,21 @@ class RunObjects:
     def _tool_functions(self) -> list[tuple[str, Callable[..., Any]]]:
         return [f for f in self.functions() if f[0].startswith("tool")]
 
+    def _other_code(self) -> list[tuple[str, Any]]:
+        """(field, object) of fields beyond reward, tools and rows that hold code (a class or a
+        function: an environment, an agent program), so that the record names them too."""
+        known = {"reward", "tools", "train_data", "eval_data"}
+        return [
+            (f.name, value) for f in fields(self)
+            if f.name not in known and (value := getattr(self, f.name)) is not None and callable(value)
+        ]
+
     # ------------------------------------------------------------------ travel
 
     def dumps(self) -> bytes:
         """The objects as bytes (cloudpickle, user modules by value); ObjectTransferError names what
         cannot travel."""
-        for _, function in self.functions():  # the source travels with it: another kernel cannot find it
+        for _, function in [*self.functions(), *self._other_code()]:  # the source travels with it: another kernel cannot find it
             _keep_source(function)
         with _by_value(_user_modules(function for _, function in self.functions())):
             parts = [*self.functions(), ("train_data", self.train_data), ("eval_data", self.eval_data)]
@@ -215,7 +228,8 @@ class RunObjects:
             f"What this run trained with, for reading: this file is never run. Resume, attach and rf.evaluate "
             f"load the pickled objects from {PICKLE_FILE}, in this folder (signed: {SIGNATURE_FILE})."
         )
-        for name, labelled in (("reward.py", rewards), ("tools.py", self._tool_functions())):
+        others = [(f"{name}.py", [(f"{name} {_own_name(value, name)!r}", value)]) for name, value in self._other_code()]
+        for name, labelled in (("reward.py", rewards), ("tools.py", self._tool_functions()), *others):
             if labelled:
                 (folder / name).write_text(source_listing(labelled, header), encoding="utf-8")
         for name in ("train_data", "eval_data"):
@@ -447,9 +461,10 @@ MAX_VALUE_CHARS = 400
 """a captured value is written out in the readable source when its repr is at most this long"""
 
 
-def _own_name(function: Callable[..., Any]) -> str:
+def _own_name(function: Callable[..., Any], default: str = "reward") -> str:
+    """The name the user gave it (`def shaped` -> "shaped"); `default` for a lambda."""
     name = getattr(function, "__name__", "") or ""
-    return name if name.isidentifier() else "reward"
+    return name if name.isidentifier() else default
 
 
 def _keep_source(function: Callable[..., Any]) -> None:

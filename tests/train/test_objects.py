@@ -125,3 +125,26 @@ async def test_a_lab_reward_is_what_the_checkpoint_config_and_readable_source_na
     # Resuming with the recorded config keeps the pickled reward rather than failing on its name.
     await train(recorded.replace({"grpo.steps": 2, "data.train": cfg.data.train}), resume=True)
     assert [row["step"] for row in read_metrics(cfg.run_dir)] == [1, 2]
+
+
+class Counter:
+    """An environment class from the kernel: the record names it as it names a reward."""
+
+    def reset(self, row):
+        return row
+
+
+def test_any_code_an_object_field_holds_is_recorded_and_kept_readable(tmp_path):
+    """Fields beyond reward, tools and rows (an environment, an agent program) are recorded too."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class WithEnvironment(RunObjects):
+        environment: object = None
+
+    objects = WithEnvironment(reward=quarter, environment=Counter)
+    record = objects.provenance()
+    assert record["environment"]["name"] == "Counter" and record["environment"]["source"] == "code/environment.py"
+    assert record["reward"][0]["name"] == "quarter"
+    folder = objects.save(tmp_path)
+    assert "class Counter" in (folder / "environment.py").read_text()
