@@ -14,16 +14,14 @@ A folder that needs its own code fails at once, naming `model.trust_remote_code`
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as transformers_logging
 
 from rlfactory_nb.engines.base import Engine, engine_traits
 from rlfactory_nb.engines.build import (
@@ -35,6 +33,7 @@ from rlfactory_nb.engines.build import (
     cpu_state,
     dtype_name,
 )
+from rlfactory_nb.engines.hf import quiet_if_small
 from rlfactory_nb.errors import RemoteCodeError
 from rlfactory_nb.models import lora, presets
 from rlfactory_nb.models.checkpoint import CheckpointError, verify_digests
@@ -42,36 +41,15 @@ from rlfactory_nb.models.files import model_folder
 from rlfactory_nb.models.merged import write_plain
 from rlfactory_nb.models.precision import resolve_dtype
 
-
-@contextlib.contextmanager
-def _quiet_if_small(path: str | Path) -> Iterator[None]:
-    """transformers' progress bars off while a small local folder loads (QUIET_LOAD_BYTES)."""
-    folder = Path(path)
-    weights = sum(f.stat().st_size for f in folder.glob("*.safetensors")) if folder.is_dir() else QUIET_LOAD_BYTES
-    if weights >= QUIET_LOAD_BYTES or not transformers_logging.is_progress_bar_enabled():
-        yield
-        return
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        transformers_logging.enable_progress_bar()
-
-
 MAX_ADAPTER_DEPTH = 4
 """adapters over adapters a LoRA checkpoint may stack before its base (a loop would never end)"""
-
-
-QUIET_LOAD_BYTES = 256 * 2**20
-"""a local model folder with fewer weight bytes loads without transformers' "Loading weights" bar:
-it takes well under a second, and its bar repeated in every cell and log (presets, tests, checkpoints)"""
 
 
 def from_folder(loader: Any, path: str | Path, trust_remote_code: bool = False, **options: Any) -> Any:
     """`loader.from_pretrained(path)` (a transformers Auto class) with remote code off unless asked:
     the one way rlfactory-nb opens a model or tokenizer folder (module docstring)."""
     try:
-        with _quiet_if_small(path):
+        with quiet_if_small(path):  # no weight-loading bar for a small folder (engines/hf.py)
             return loader.from_pretrained(str(path), trust_remote_code=trust_remote_code, **options)
     except ValueError as error:
         if trust_remote_code or "trust_remote_code" not in str(error):
