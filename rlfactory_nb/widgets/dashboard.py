@@ -98,19 +98,20 @@ LABELS = {
     "train/kl": "KL",
     "rollout/tool_call_rate": "tool-call rate",
     "tools/success_rate": "tool success",
-    "async/staleness_mean": "staleness mean",
-    "async/staleness_max": "staleness max",
-    "async/engine_busy_share": "engine busy",
-    "async/trainer_busy_share": "trainer busy",
-    "time/wait_rollouts_s": "waiting for rollouts",
+    "async/staleness_mean": "mean",
+    "async/staleness_max": "max",
+    "async/engine_busy_share": "engines",
+    "async/trainer_busy_share": "trainer",
+    "time/wait_rollouts_s": "waiting",
 }
 
 
 def label(key: str) -> str:
-    """A series' short legend name: "time/update_s" -> "update", "reward/em" -> "em"."""
+    """A series' short legend name (a panel is about a third of the width, and its legend must fit
+    under it): "time/update_s" -> "update", "reward/em" -> "em", "reward/shaped/correct" -> "correct"."""
     if key in LABELS:
         return LABELS[key]
-    return key.split("/", 1)[-1].removesuffix("_s")
+    return key.rsplit("/", 1)[-1].removesuffix("_s")
 
 
 def derived(row: dict[str, Any]) -> dict[str, Any]:
@@ -183,9 +184,13 @@ def covered(series: dict[str, tuple[list[int], list[float]]]) -> dict[str, str]:
 
 
 def series_names(series: dict[str, tuple[list[int], list[float]]]) -> dict[str, str]:
-    """Legend names: the short label, and for a covered line the one it equals ("shaped = mean")."""
+    """Legend names: the short label; a line that covers others names them ("mean = shaped"), and
+    the covered ones get no legend entry of their own ("": drawn dashed, named by the first)."""
     over = covered(series)
-    return {key: f"{label(key)} = {label(over[key])}" if key in over else label(key) for key in series}
+    names = {key: "" if key in over else label(key) for key in series}
+    for key, first in over.items():
+        names[first] = f"{names[first]} = {label(key)}"
+    return names
 
 
 def axis_range(panel: Panel, series: dict[str, tuple[list[int], list[float]]]) -> tuple[float, float] | None:
@@ -303,10 +308,9 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         self._tokenizer: Any = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        controls = widgets.HBox(
-            [self.refresh_button, self.stop_button, self.stepper_button, self.compare_button, self.status]
-        )
-        super().__init__([controls, self.figure, self.trajectory_choice, self.output_area, self.errors])
+        controls = widgets.HBox([self.refresh_button, self.stop_button, self.stepper_button, self.compare_button])
+        # the status on a line of its own: beside the buttons it was squeezed into a column a word wide
+        super().__init__([self.status, controls, self.figure, self.trajectory_choice, self.output_area, self.errors])
         self.add_class("rf-training-dashboard")
         self.refresh()
         if autostart:
@@ -377,7 +381,8 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
                 legend = "legend" if index == 0 else f"legend{index + 1}"
                 names, over = series_names(series), covered(series)
                 for key, (steps, values) in series.items():
-                    common = {"x": steps, "y": values, "name": names[key], "legend": legend, "showlegend": panel.legend}
+                    shown = panel.legend and bool(names[key])
+                    common = {"x": steps, "y": values, "name": names[key] or label(key), "legend": legend, "showlegend": shown}
                     if _kind(panel, key) == "bar":
                         trace = go.Bar(**common)
                     else:

@@ -309,6 +309,8 @@ def _legend_rows(chart: Chart, width: int) -> list[list[tuple[float, str, str]]]
     rows: list[list[tuple[float, str, str]]] = [[]]
     x = 8.0
     for index, series in enumerate(chart.series):
+        if not series.name:  # drawn, but named by the series it lies on (a dashed twin)
+            continue
         entry = 20 + CHAR_WIDTH * len(series.name) + 10
         if rows[-1] and x + entry > width:
             rows.append([])

@@ -51,9 +51,9 @@ def test_dashboard_draws_a_finished_run_without_ray(tmp_path):
     dashboard = TrainingDashboard(job, refresh_s=0.05)
     assert "finished" in dashboard.status.value and "step 3 of 3" in dashboard.status.value
     names = {trace.name for trace in dashboard.figure.data}
-    assert {"mean", "em = mean", "KL", "tool success", "rollout"} <= names  # short names, one legend a panel
-    (hidden,) = [trace for trace in dashboard.figure.data if trace.name == "em = mean"]
-    assert hidden.line.dash == "dash"  # drawn exactly over "mean": dashed, so that both show
+    assert {"mean = em", "KL", "tool success", "rollout"} <= names  # short names, one legend a panel
+    (hidden,) = [trace for trace in dashboard.figure.data if trace.name == "em"]
+    assert hidden.line.dash == "dash" and not hidden.showlegend  # drawn exactly over "mean": dashed, both show
     assert all(dashboard.figure.layout[axis].title.text == "step" for axis in ("xaxis", "xaxis5", "xaxis9"))
     legends = {trace.legend for trace in dashboard.figure.data if trace.showlegend}
     assert len(legends) > 1 and all(dashboard.figure.layout[name].orientation == "h" for name in legends)
