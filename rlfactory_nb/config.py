@@ -423,6 +423,10 @@ class RunConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    kernel_objects: dict[str, Any] = field(default_factory=dict)
+    """written by a run, never read: the objects from the kernel it trained with instead of what
+    this config named (reward, tools, rows: name, module, the sha256 of the readable source kept in
+    the run's code/; data/objects.py); empty when everything came from the config"""
 
     @property
     def run_dir(self) -> Path | str:

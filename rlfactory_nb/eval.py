@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb._async import run_sync
-from rlfactory_nb._views import view_of
+from rlfactory_nb._views import cell_text, html_table, view_of
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
@@ -41,6 +41,20 @@ if TYPE_CHECKING:
 
 MODES = ("sampled", "greedy")
 SUMMARY_KEYS = ("sampled_reward", "greedy_reward", "tool_call_rate", "tool_success_rate", "parse_errors_per_sample", "turns_mean")
+BETTER = {"sampled_reward": 1, "greedy_reward": 1, "tool_call_rate": 1, "tool_success_rate": 1, "parse_errors_per_sample": -1, "turns_mean": 0}
+"""which way a summary value gets better: up (1), down (-1), neither (0: more turns is no gain or loss)"""
+
+
+class Summary(dict[str, float]):
+    """`report.summary()`: a dict of the headline values, shown as a table rounded to 3 places."""
+
+    def __repr__(self) -> str:
+        return "\n".join(f"{key:<24} {cell_text(value):>8}" for key, value in self.items())
+
+    def _repr_html_(self) -> str:
+        return html_table(["value", *self], [["", *self.values()]], "summary", height_px=None).replace(
+            "<td></td>", "<td><b>mean</b></td>", 1
+        )
 
 
 @dataclass(frozen=True)
@@ -72,8 +86,9 @@ class EvalReport:
     rows: list[EvalRow]
     trajectories: dict[str, list[Trajectory]] = field(default_factory=dict, repr=False, compare=False)
 
-    def summary(self) -> dict[str, float]:
-        return {key: getattr(self, key) for key in SUMMARY_KEYS}
+    def summary(self) -> Summary:
+        """The headline values (a dict; in a notebook, a table rounded to 3 places)."""
+        return Summary({key: getattr(self, key) for key in SUMMARY_KEYS})
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, **self.summary(), "rows": [asdict(row) for row in self.rows]}
@@ -112,6 +127,22 @@ class EvalComparison:
             if (new.sampled_reward, new.greedy_reward) != (base.sampled_reward, base.greedy_reward)
         ]
 
+    def better(self) -> list[tuple[EvalRow, EvalRow]]:
+        """Changed prompts whose sampled plus greedy reward rose."""
+        return [(new, base) for new, base in self.changed() if _total(new) > _total(base)]
+
+    def worse(self) -> list[tuple[EvalRow, EvalRow]]:
+        """Changed prompts whose sampled plus greedy reward fell."""
+        return [(new, base) for new, base in self.changed() if _total(new) < _total(base)]
+
+    def verdicts(self) -> dict[str, str]:
+        """key -> "better", "worse" or "same" for each summary value's change (`BETTER`)."""
+        found = {}
+        for key, delta in self.deltas().items():
+            sign = (delta > 1e-12) - (delta < -1e-12)
+            found[key] = "same" if sign == 0 or BETTER[key] == 0 else "better" if sign == BETTER[key] else "worse"
+        return found
+
     def table(self) -> pd.DataFrame:
         """The summary of base, new and the change (new minus base), one row each."""
         import pandas as pd
@@ -123,9 +154,24 @@ class EvalComparison:
         return view_of(self)
 
     def _repr_html_(self) -> str:
-        deltas = "".join(f"<td>{value:+.3f}</td>" for value in self.deltas().values())
-        table = _summary_table([self.base, self.new]).replace("</table>", f"<tr><td><b>change</b></td>{deltas}</tr></table>")
-        return f"<div><b>{html.escape(self.new.label)}</b> vs <b>{html.escape(self.base.label)}</b>: {len(self.changed())} prompts changed</div>{table}"
+        verdicts = self.verdicts()
+        change = ["change", *(f"{value:+.3f}" for value in self.deltas().values())]
+        rows = [[r.label, *r.summary().values()] for r in (self.base, self.new)] + [change]
+        classes = [[""] * len(change)] * 2 + [["", *(f"rf-{verdicts[key]}" for key in SUMMARY_KEYS)]]
+        table = html_table(["", *SUMMARY_KEYS], rows, "reports and their change", height_px=None, classes=classes)
+        better, worse = len(self.better()), len(self.worse())
+        even = len(self.changed()) - better - worse
+        counts = (
+            f"<span class='rf-better'>{better} prompts better</span>, <span class='rf-worse'>{worse} worse</span>"
+            + (f", {even} changed evenly (one mode up, the other down)" if even else "")
+        )
+        return (
+            f"<div style='font-family:sans-serif'><b>{html.escape(self.new.label)}</b> vs <b>{html.escape(self.base.label)}</b> "
+            f"on {len(self.new.rows)} prompts: {counts} (sampled plus greedy reward). In the change row "
+            "<span class='rf-better'>green is better</span>, <span class='rf-worse'>red is worse</span> "
+            "(fewer parse errors is better; turns are neither).</div>"
+            f"{table}"
+        )
 
 
 HeldOut = dict[str, tuple[list[Trajectory], list[RewardOutcome]]]
@@ -267,26 +313,18 @@ def _report(label: str, rows: list[dict[str, Any]], trajectories: dict[str, list
 # ---------------------------------------------------------------------- drawing
 
 
+def _total(row: EvalRow) -> float:
+    return row.sampled_reward + row.greedy_reward
+
+
 def _summary_table(reports: list[EvalReport]) -> str:
-    head = "<tr><th></th>" + "".join(f"<th>{key}</th>" for key in SUMMARY_KEYS) + "</tr>"
-    body = "".join(
-        f"<tr><td><b>{html.escape(r.label)}</b></td>" + "".join(f"<td>{v:.3f}</td>" for v in r.summary().values()) + "</tr>"
-        for r in reports
-    )
-    return f"<table class='rf-table rf-eval-summary'>{head}{body}</table>"
+    rows = [[r.label, *r.summary().values()] for r in reports]
+    return html_table(["", *SUMMARY_KEYS], rows, "summary" if len(rows) == 1 else "reports", height_px=None)
 
 
 def _rows_table(rows: list[EvalRow]) -> str:
     columns = ["index", "question", "ground_truth", "sampled_answer", "sampled_reward", "greedy_answer", "greedy_reward", "tool_calls"]
-    head = "".join(f"<th>{c}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(getattr(row, c)))}</td>" for c in columns) + "</tr>" for row in rows
-    )
-    return f"<div style='max-height:300px;overflow:auto'><table class='rf-table'><tr>{head}</tr>{body}</table></div>"
-
-
-def _cell(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, float) else str(value)[:60]
+    return html_table(columns, [[getattr(row, c) for c in columns] for row in rows], "prompts", height_px=300)
 
 
 # ---------------------------------------------------------------------- CLI
@@ -304,4 +342,4 @@ def run_eval_command(args: argparse.Namespace) -> int:
 
 
 def _text_summary(report: EvalReport) -> str:
-    return f"{report.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in report.summary().items())
+    return f"{report.label}: " + ", ".join(f"{k} {cell_text(v)}" for k, v in report.summary().items())

@@ -9,10 +9,17 @@ $RLFACTORY_NB_EXAMPLES, else the checkout this package was installed from. An ex
 code to import (`reward: examples/x/reward.py:score`), so a lookup that walked up from the working
 directory ran whatever `examples/` a folder above it held (a planted `examples/calculator/reward.py`
 two levels up did, issue 44).
+
+An example also declares what the notebooks show with it (examples/<name>/notebook.yaml,
+`Example.notebook`): notebook 01's demo prompt and tool call to try by hand, the rewards notebook
+02's lab scores side by side, and the held-out set notebooks 03-04 evaluate on. So
+`example="nl2sql"` sends an NL2SQL question and a `sql` call, and `example="gsm8k"` scores with
+`rf.rewards.gsm8k`, not the calculator's.
 """
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.config import RunConfig, config_paths
+from rlfactory_nb.config_schema import build, load_yaml
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.errors import ConfigError, PathNotFoundError
 from rlfactory_nb.runtime import Runtime, build_tools
@@ -30,6 +38,29 @@ if TYPE_CHECKING:
     from rlfactory_nb.models.policy import Policy
 
 CONFIG_FILE = "config.yaml"
+NOTEBOOK_FILE = "notebook.yaml"
+
+
+@dataclass(frozen=True)
+class NotebookDefaults:
+    """What notebooks 01-04 use for an example (its notebook.yaml); a notebook parameter left None
+    takes the value from here."""
+
+    demo_prompt: str
+    """notebook 01's first rollout: the user's message (after the system prompt the example's rows
+    carry, if they carry one)"""
+    tool_call: dict[str, Any]
+    """notebook 01's call to try by hand: `{"name": tool, "arguments": {...}}`, a tool the example has"""
+    lab_rewards: dict[str, str]
+    """notebook 02's rewards of the example, `name: module:function`; the first is the one its config
+    trains with"""
+    eval_set: str = "eval"
+    """what notebooks 03-04 evaluate on: "eval" (the config's data.eval) or a rows file"""
+
+    @classmethod
+    def from_file(cls, path: Path) -> NotebookDefaults:
+        data = load_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+        return build(cls, data, str(path))
 
 
 @dataclass(frozen=True)
@@ -53,6 +84,41 @@ class Example:
             if named.kind != "model" and not named.path.is_absolute()
         }
         return cfg.replace(resolved) if resolved else cfg
+
+    @property
+    def notebook(self) -> NotebookDefaults:
+        """What the notebooks use for this example (module docstring); FileNotFoundError naming the
+        file when the example declares none."""
+        path = self.folder / NOTEBOOK_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"example {self.name!r} declares no notebook defaults: add {path} (see examples/calculator/)")
+        return NotebookDefaults.from_file(path)
+
+    def demo_messages(self, prompt: str | None = None) -> list[dict[str, str]]:
+        """Notebook 01's prompt: the system prompt of the example's rows (when they have one), then
+        `prompt` (default: the example's demo prompt) as the user's message."""
+        first = self.dataset("train", 1)[0].get("messages", [])
+        system = [dict(message) for message in first[:1] if message.get("role") == "system"]
+        return [*system, {"role": "user", "content": prompt or self.notebook.demo_prompt}]
+
+    def lab_rewards(self) -> dict[str, Any]:
+        """The example's rewards for notebook 02's lab, by name (loaded from their specs)."""
+        from rlfactory_nb.rewards.loading import load_reward  # deferred: rewards load their recipes
+
+        return {name: load_reward(spec) for name, spec in self.notebook.lab_rewards.items()}
+
+    def eval_rows(self, n: int | None = None) -> list[Row]:
+        """The held-out rows the notebooks evaluate on (`notebook.eval_set`), at most `n`."""
+        eval_set = self.notebook.eval_set
+        if eval_set == "eval":
+            return self.dataset("eval", n)
+        path = Path(eval_set)
+        return load_rows(str(path if path.is_absolute() else self.root / path), n)
+
+    def changes(self, cfg: RunConfig) -> ConfigChanges:
+        """What `cfg` changes from this example's config: the keys to read in a notebook, rather than
+        the whole YAML (about 110 lines)."""
+        return ConfigChanges(self.name, tuple(_differences(self.config().to_dict(), cfg.to_dict())))
 
     def runtime(
         self,
@@ -79,6 +145,46 @@ class Example:
         if tools is None:
             raise ConfigError(f"example {self.name!r} has no tools (tools.config is null in its config)")
         return tools
+
+
+@dataclass(frozen=True)
+class ConfigChanges:
+    """(key, the example's value, this config's value) of every key that differs; a table in a notebook."""
+
+    example: str
+    rows: tuple[tuple[str, Any, Any], ...]
+
+    def __repr__(self) -> str:
+        if not self.rows:
+            return f"the {self.example} example's config, unchanged"
+        lines = [f"changed from the {self.example} example's config ({len(self.rows)} keys):"]
+        return "\n".join(lines + [f"  {key}: {old!r} -> {new!r}" for key, old, new in self.rows])
+
+    def _repr_html_(self) -> str:
+        if not self.rows:
+            return f"<div>{html.escape(repr(self))}</div>"
+        cells = "".join(
+            f"<tr><td style='text-align:left'><code>{html.escape(key)}</code></td><td style='text-align:left'>"
+            f"{html.escape(repr(old))}</td><td style='text-align:left'><b>{html.escape(repr(new))}</b></td></tr>"
+            for key, old, new in self.rows
+        )
+        return (
+            f"<div>changed from the <b>{html.escape(self.example)}</b> example's config ({len(self.rows)} keys; "
+            "<code>cfg.to_yaml()</code> shows it whole)</div><table class='rf-config-changes'><tr>"
+            f"<th style='text-align:left'>key</th><th style='text-align:left'>example</th><th style='text-align:left'>this run</th></tr>{cells}</table>"
+        )
+
+
+def _differences(before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, before, after) where they differ; sections present on both sides are walked."""
+    found = []
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping) and key != "kernel_objects":
+            found += _differences(old, new, f"{prefix}{key}.")
+        elif old != new:
+            found.append((f"{prefix}{key}", old, new))
+    return found
 
 
 PACKAGE_PROJECT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ NOT_PATHS = {
     "cluster.gpus_per_worker", "cluster.num_gpus", "cluster.colocate", "cluster.strategy", "cluster.weight_sync",
     "cluster.object_store_memory_gb", "cluster.backend", "cluster.driver_resources", "cluster.worker_resources",
     "cluster.engine_resources",
-    "data.eval_size",
+    "data.eval_size", "kernel_objects",
 }  # fmt: skip
 """every other leaf key: none names a file or folder (reward.args may, but it is the factory's business)"""
 

@@ -13,6 +13,11 @@ Every command's parser is built here from nothing heavier than argparse and the 
 code that runs a command is named as "module:function" and imported only when that command runs, so
 `tools` and `config` never load torch, transformers or ray: importing them through `eval` took half
 of a 13 s `tools list` on 2 cores (issue #21). `import rlfactory_nb` keeps the same promise.
+
+Errors: a user's mistake (a missing file, a bad key, a model or checkpoint not found: the
+RLFactoryError families and OSErrors about a path) is one line on stderr that names the fix, exit
+code 2; anything else is one line too, exit code 1. `--debug` (anywhere on the line) shows the
+traceback instead.
 """
 
 from __future__ import annotations
@@ -25,17 +30,49 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.config import ConfigError, RunConfig
+from rlfactory_nb.errors import RLFactoryError
 
 Handler = Callable[[argparse.Namespace], int]
 
 
+DEBUG_FLAG = "--debug"
+USER_MISTAKES = (RLFactoryError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+"""what a user fixes by changing the command line, a file or a path: one line and exit code 2"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in argv
+    args = build_parser().parse_args([arg for arg in argv if arg != DEBUG_FLAG])
     try:
         return int(args.handler(args) or 0)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except USER_MISTAKES as error:
+        if debug:
+            raise
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
+    except Exception as error:  # a failure, not a mistake: still one line unless --debug
+        if debug:
+            raise
+        print(f"error: {type(error).__name__}: {one_line(error)} (rerun with {DEBUG_FLAG} for the traceback)", file=sys.stderr)
+        return 1
+
+
+def one_line(error: BaseException) -> str:
+    """`error` as one line: a config's problems joined with "; ", a missing file named as such.
+
+    >>> one_line(ConfigError(["grpo.stepz: unknown key; did you mean 'grpo.steps'?"], "c.yaml"))
+    "invalid config in c.yaml: grpo.stepz: unknown key; did you mean 'grpo.steps'?"
+    >>> one_line(FileNotFoundError(2, "No such file or directory", "nope.yaml"))
+    'no such file or folder: nope.yaml (check the path)'
+    """
+    if isinstance(error, ConfigError):
+        head = str(error).split("\n", 1)[0]
+        return f"{head} {'; '.join(error.problems)}"
+    filename = getattr(error, "filename", None)
+    if isinstance(error, FileNotFoundError) and filename and not isinstance(error, RLFactoryError):
+        return f"no such file or folder: {filename} (check the path)"
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def run_command(command: str, argv: list[str] | None = None) -> int:
@@ -53,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         epilog="Run `rlfactory-nb COMMAND --help` for a command's options and an example.",
     )
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="show the traceback of an error (allowed anywhere on the line)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in (
         add_demo_parser,

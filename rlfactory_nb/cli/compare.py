@@ -30,10 +30,13 @@ def run_compare_command(args: argparse.Namespace) -> int:
     comparison.tokens.to_csv(out / "tokens.csv", index=False)
     comparison.turns.to_csv(out / "turns.csv", index=False)
     comparison.top_tokens(args.top).to_csv(out / "top_tokens.csv", index=False)
-    page = f"<html><head><meta charset='utf-8'><title>{run.name}: step {first} vs {second}</title></head><body>"
+    page = (
+        f"<html><head><meta charset='utf-8'><title>{run.name}: step {first} vs {second}</title></head>"
+        "<body style='font-family:sans-serif'>"
+    )
     # the view's offline rendering, reached by type: no core module imports a widget module
     (out / "compare.html").write_text(f"{page}{comparison.view().static_html()}</body></html>", encoding="utf-8")
-    print(comparison.top_tokens(args.top).to_string(index=False))
+    print(comparison.top_tokens(args.top).to_string(index=False, float_format=lambda value: f"{value:.4f}"))  # never 1.2e-05
     print(f"wrote {out}/tokens.csv, turns.csv, top_tokens.csv and compare.html ({len(trajectories)} trajectories)")
     return 0
 

@@ -15,20 +15,19 @@ from rlfactory_nb.config import RunConfig
 
 
 def run_train_command(args: argparse.Namespace) -> int:
-    """Run a parsed `train` command; returns the exit status. ConfigError propagates to the main CLI."""
-    # deferred: the CLI imports no torch until a command needs it (tests/test_cli_imports.py)
-    from rlfactory_nb.data.rows import DatasetError
-    from rlfactory_nb.models.checkpoint import CheckpointError
-    from rlfactory_nb.train.loop import train_sync
-
-    cfg = RunConfig.from_yaml(args.config, overrides=args.overrides)
+    """Run a parsed `train` command; returns the exit status. A mistake (a bad config, a missing
+    file, a run that exists) propagates to the main CLI, which prints it as one line."""
+    cfg = RunConfig.from_yaml(args.config, overrides=args.overrides)  # before torch loads: a typo fails fast
     if args.dry_run:
         print(describe(cfg))
         return 0
+    # deferred: the CLI imports no torch until a command needs it (tests/test_cli_imports.py)
+    from rlfactory_nb.train.loop import train_sync
+
     try:
         result = train_sync(cfg, resume=args.resume)
-    except (FileExistsError, DatasetError, CheckpointError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except FileExistsError as error:  # the run folder holds a run: a mistake, not a missing file
+        print(f"error: {cli.one_line(error)}", file=sys.stderr)
         return 2
     last = result.metrics
     print(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlfactory_nb.engines import weight_sync
-from rlfactory_nb.engines.base import Generation, SamplingParams, engine_traits
+from rlfactory_nb.engines.base import Generation, SamplingParams, context_length, engine_traits
 from rlfactory_nb.engines.build import EngineSource, Folder, Snapshot, build_engine, dtype_name
 from rlfactory_nb.engines.versioned import StampedEngine
 from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec
@@ -77,6 +77,10 @@ class EngineActor:
         import ray  # here: only ever called inside a Ray actor, where ray is loaded
 
         return ray.util.get_node_ip_address()
+
+    async def max_positions(self) -> int | None:
+        """The engine's context length (engines/base.py `context_length`), for the kernel's handle."""
+        return context_length(self.engine)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await self.engine.generate(prompt_ids, sampling)

@@ -66,6 +66,8 @@ class ClusterEngine:
         self.tokenizer = tokenizer
         """the model's tokenizer and chat template, here in the kernel (token ids travel, text does not)"""
         self.version = version
+        self.max_positions: int | None = None
+        """the context length its actors' engine takes (set by `start_engine`; None: unknown)"""
         self._stop_token_ids = stop_token_ids_from_tokenizer(tokenizer)
         self._next = itertools.cycle(actors)
         self._death: BaseException | None = None
@@ -181,6 +183,7 @@ def start_engine(
     engine = ClusterEngine([actor], name, kind, resolved.tokenizer, version)
     try:
         ray.get(actor.ready.remote(), timeout=ready_timeout_s)
+        engine.max_positions = ray.get(actor.max_positions.remote(), timeout=ready_timeout_s)
         if weights is not None and engine_traits(kind).loads == "folder":
             ray.get(actor.update_weights.remote(weights, version), timeout=ready_timeout_s)
     except ray.exceptions.GetTimeoutError as error:

@@ -158,7 +158,10 @@ def _stage(files: dict[str, Path]) -> tuple[Path, dict[str, str]]:
     (package / "__init__.py").write_text("", encoding="utf-8")
     staged = {}
     for index, (key, path) in enumerate(sorted(files.items())):
-        name = f"{index}_{path.name}"
+        # a numbered folder each, the file keeping its own name: what a run records names it as the
+        # kernel's config does (data/objects.py compares file names on resume)
+        name = f"{index}/{path.name}"
+        (package / str(index)).mkdir()
         (shutil.copytree if path.is_dir() else shutil.copy2)(path, package / name)
         staged[key] = f"{package.name}/{name}"
     return package, staged

@@ -12,8 +12,15 @@ The run folder keeps them, so that `TrainingJob.attach`, `launch(..., resume=Tru
 and `rlfactory-nb train --resume` find them again:
 
     runs/<name>/code/objects.pkl     the pickled objects (what resume loads)
-    runs/<name>/code/reward.py       their source, for people to read (also tools.py)
+    runs/<name>/code/reward.py       their source, for people to read (also tools.py): each function
+                                     under the user's own name, with the helpers it calls and the
+                                     values it captured (what cloudpickle sent), never run
     runs/<name>/code/train_data.jsonl, eval_data.jsonl   the rows, readable
+
+The run's own record says the same: the config a checkpoint keeps (`run_config.yaml`) is
+`RunObjects.recorded(cfg)`, where `reward.function` reads `objects.pkl:<name>` for a reward from the
+kernel, data files are the kept rows, and `kernel_objects` lists each object (name, module, the
+sha256 of its readable source and the file holding it). A default the run never used is never named.
 
 Loading objects.pkl runs the code it holds, so it is loaded only when it carries this user's
 signature: `code/objects.sig.json` holds an HMAC-SHA256 of the pickle, keyed by a secret kept outside
@@ -43,6 +50,7 @@ import secrets
 import sys
 import sysconfig
 import tempfile
+import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -94,7 +102,7 @@ class RunObjects:
         if agent is not None and not callable(getattr(agent, "bind", None)):
             raise ArgumentTypeError(f"agent is a {type(agent).__name__}: pass an rf.AgentProgram (or leave it out)")
         if reward is not None:
-            named = reward.items() if isinstance(reward, Mapping) else [("reward", reward)]
+            named = reward.items() if isinstance(reward, Mapping) else [(_own_name(reward), reward)]
             for name, function in named:
                 if not callable(function):
                     raise ArgumentTypeError(f"reward {name!r} is a {type(function).__name__}: pass a function of an rf.Sample")
@@ -120,7 +128,7 @@ class RunObjects:
 
     def functions(self) -> list[tuple[str, Callable[..., Any]]]:
         """(label, function) of every reward and tool function, labels as errors name them."""
-        rewards = self.reward.items() if isinstance(self.reward, dict) else [("reward", self.reward)] if self.reward else []
+        rewards = self.reward.items() if isinstance(self.reward, dict) else [(_own_name(self.reward), self.reward)] if self.reward else []
         labelled = [(f"reward {name!r}", function) for name, function in rewards]
         for config in self.tools.functions if self.tools else ():
             function = getattr(config.target, "fn", config.target)
@@ -132,12 +140,75 @@ class RunObjects:
             labelled.append((f"agent program {getattr(self.agent.fn, '__name__', 'fn')!r}", self.agent.fn))
         return labelled
 
+    def reward_names(self) -> list[str]:
+        """The rewards under the user's own names: the dict's keys, or a lone function's name."""
+        if isinstance(self.reward, dict):
+            return list(self.reward)
+        return [] if self.reward is None else [_own_name(self.reward)]
+
+    def provenance(self, code_dir: str = CODE_DIR) -> dict[str, Any]:
+        """What came from the kernel, as a run records it: per kind, each object's name, module, the
+        sha256 of its readable source and the file under `code_dir` that holds that source."""
+        record: dict[str, Any] = {}
+        rewards = [f for f in self.functions() if f[0].startswith("reward")]
+        for kind, labelled, file in (("reward", rewards, "reward.py"), ("tools", self._tool_functions(), "tools.py")):
+            entries = []
+            for index, (label, function) in enumerate(labelled):
+                source = readable_source(function)
+                entry = {"name": label.split("'")[1], "module": getattr(function, "__module__", None) or "?",
+                         "sha256": hashlib.sha256(source.encode()).hexdigest(), "source": f"{code_dir}/{file}"}
+                if kind == "reward":
+                    entry["role"] = "trains" if index == 0 else "logged"
+                entries.append(entry)
+            if entries:
+                record[kind] = entries
+        for name, value in self._other_code():  # an environment, an agent program: whatever a field holds
+            source = readable_source(value)
+            record[name] = {"name": _own_name(value, name), "module": getattr(value, "__module__", None) or "?",
+                            "sha256": hashlib.sha256(source.encode()).hexdigest(), "source": f"{code_dir}/{name}.py"}
+        for name in ("train_data", "eval_data"):
+            rows = getattr(self, name)
+            if rows is not None:
+                text = "\n".join(json.dumps(row, default=str, ensure_ascii=False) for row in rows) + "\n"
+                record[name] = {"rows": len(rows), "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                                "source": f"{code_dir}/{name}.jsonl"}
+        return record
+
+    def recorded(self, cfg: RunConfig) -> RunConfig:
+        """`cfg` as a run trained with these objects: what the run keeps as its config (checkpoints'
+        run_config.yaml). A reward from the kernel is named `objects.pkl:<name>` (its args dropped:
+        they belonged to the config's function), rows by the run folder's copy, and `kernel_objects`
+        lists everything that came from the kernel (`provenance`); with no objects, only that list
+        is emptied (a config copied from an earlier run's record must not keep its list)."""
+        changes: dict[str, Any] = {"kernel_objects": self.provenance()}
+        if self.reward is not None:
+            changes["reward.function"] = f"{PICKLE_FILE}:{self.reward_names()[0]}"
+            changes["reward.args"] = {}
+        code = str(join(cfg.run_dir, CODE_DIR))
+        if self.train_data is not None:
+            changes["data.train"] = str(join(code, "train_data.jsonl"))
+        if self.eval_data is not None:
+            changes["data.eval"] = str(join(code, "eval_data.jsonl"))
+        return cfg.replace(changes)
+
+    def _tool_functions(self) -> list[tuple[str, Callable[..., Any]]]:
+        return [f for f in self.functions() if f[0].startswith("tool")]
+
+    def _other_code(self) -> list[tuple[str, Any]]:
+        """(field, object) of fields beyond reward, tools and rows that hold code (a class or a
+        function: an environment, an agent program), so that the record names them too."""
+        known = {"reward", "tools", "train_data", "eval_data"}
+        return [
+            (f.name, value) for f in fields(self)
+            if f.name not in known and (value := getattr(self, f.name)) is not None and callable(value)
+        ]
+
     # ------------------------------------------------------------------ travel
 
     def dumps(self) -> bytes:
         """The objects as bytes (cloudpickle, user modules by value); ObjectTransferError names what
         cannot travel."""
-        for _, function in self.functions():  # the source travels with it: another kernel cannot find it
+        for _, function in [*self.functions(), *self._other_code()]:  # the source travels with it: another kernel cannot find it
             _keep_source(function)
         with _by_value(_user_modules(function for _, function in self.functions())):
             parts = [*self.functions(), ("train_data", self.train_data), ("eval_data", self.eval_data)]
@@ -169,11 +240,15 @@ class RunObjects:
         (folder / PICKLE_FILE).write_bytes(data)
         _write_signature(folder, data, _named_by(config))
         rewards = [(label, fn) for label, fn in self.functions() if label.startswith("reward")]
-        tools = [(label, fn) for label, fn in self.functions() if label.startswith("tool")]
+        header = (
+            f"What this run trained with, for reading: this file is never run. Resume, attach and rf.evaluate "
+            f"load the pickled objects from {PICKLE_FILE}, in this folder (signed: {SIGNATURE_FILE})."
+        )
         programs = [(label, fn) for label, fn in self.functions() if label.startswith("agent program")]
-        for name, labelled in (("reward.py", rewards), ("tools.py", tools), ("agent.py", programs)):
+        others = [(f"{name}.py", [(f"{name} {_own_name(value, name)!r}", value)]) for name, value in self._other_code()]
+        for name, labelled in (("reward.py", rewards), ("tools.py", self._tool_functions()), ("agent.py", programs), *others):
             if labelled:
-                (folder / name).write_text(source_listing(labelled), encoding="utf-8")
+                (folder / name).write_text(source_listing(labelled, header), encoding="utf-8")
         for name in ("train_data", "eval_data"):
             rows = getattr(self, name)
             if rows is not None:
@@ -218,7 +293,8 @@ class RunObjects:
         for field_name in ("reward", "tools"):
             if getattr(kept, field_name) is None:
                 continue
-            if recorded is not None and recorded.get(field_name) != now.get(field_name):
+            names_pickle = field_name == "reward" and config.reward.function.startswith(f"{PICKLE_FILE}:")
+            if recorded is not None and recorded.get(field_name) != now.get(field_name) and not names_pickle:
                 changes[field_name] = None
                 used.append(
                     f"{field_name}: the config's {_shown(now, field_name)}, not the pickled one (the config "
@@ -398,25 +474,116 @@ def _by_value(modules: list[ModuleType]) -> Iterator[None]:
 
 
 SOURCE_ATTRIBUTE = "__rlfactory_source__"
+MAX_VALUE_CHARS = 400
+"""a captured value is written out in the readable source when its repr is at most this long"""
+
+
+def _own_name(function: Callable[..., Any], default: str = "reward") -> str:
+    """The name the user gave it (`def shaped` -> "shaped"); `default` for a lambda."""
+    name = getattr(function, "__name__", "") or ""
+    return name if name.isidentifier() else default
 
 
 def _keep_source(function: Callable[..., Any]) -> None:
-    """Record a function's source on it while the defining cell or file is still readable: once
-    unpickled in another kernel, `inspect.getsource` finds no cell (or the wrong lines of a file)."""
+    """Record a function's readable source (`readable_source`) on it while the defining cell or
+    file is still readable: once unpickled in another kernel, `inspect.getsource` finds no cell (or
+    the wrong lines of a file), and the helpers it calls have no source at all."""
     if getattr(function, SOURCE_ATTRIBUTE, None) is not None or not hasattr(function, "__dict__"):
         return
+    source = _readable(function)
+    if source is not None:
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(function, SOURCE_ATTRIBUTE, source)
+
+
+def readable_source(function: Callable[..., Any]) -> str:
+    """`function`'s source, preceded by what it refers to as cloudpickle sent it: imports of
+    modules and installed functions, the user's own helpers (their source, recursively, under the
+    names the function uses), and captured values (their repr, or a line saying what they are)."""
+    kept = getattr(function, SOURCE_ATTRIBUTE, None)
+    if kept is not None:
+        return kept
+    return _readable(function) or f"# (no source available: {function!r})\n"
+
+
+def _readable(function: Callable[..., Any]) -> str | None:
+    target = getattr(function, "fn", function)
+    own = _source(target)
+    if own is None:
+        return None
+    imports: list[str] = []
+    values: list[str] = []
+    helpers: list[str] = []
+    seen: set[int] = {id(target)}
+    _references(target, imports, values, helpers, seen)
+    parts = [sorted(set(imports)), values, helpers]
+    prelude = "".join(("\n".join(part) + "\n\n") for part in parts if part)
+    return prelude + own
+
+
+def _source(target: Any) -> str | None:
     try:
-        source = inspect.getsource(function)
+        source = inspect.getsource(target)
     except (OSError, TypeError):
+        return None
+    if "lambda" in source or f"def {getattr(target, '__name__', '')}" in source or "class " in source:
+        return textwrap.dedent(source)
+    return None
+
+
+def _references(target: Any, imports: list[str], values: list[str], helpers: list[str], seen: set[int]) -> None:
+    """Fill the three lists with what `target` refers to (module docstring of `readable_source`)."""
+    if not inspect.isfunction(target):
         return
-    if "lambda" in source or f"def {getattr(function, '__name__', '')}" in source:
-        setattr(function, SOURCE_ATTRIBUTE, source)
+    variables = inspect.getclosurevars(target)
+    for name, value in {**variables.globals, **variables.nonlocals}.items():
+        if inspect.ismodule(value):
+            imports.append(f"import {value.__name__}" + (f" as {name}" if name != value.__name__.split(".")[-1] or "." in value.__name__ else ""))
+        elif inspect.isfunction(value) or inspect.isclass(value):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            source = _source(value) if _is_users(value) else None
+            if source is None:
+                qualname = getattr(value, "__qualname__", name)
+                imports.append(f"from {value.__module__} import {qualname}" + (f" as {name}" if name != qualname else ""))
+                continue
+            _references(value, imports, values, helpers, seen)
+            if value.__name__ != name:  # the function refers to it by another name
+                source += f"\n\n{name} = {value.__name__}\n"
+            helpers.append(source)
+        else:
+            text = repr(value)
+            shown = text if len(text) <= MAX_VALUE_CHARS and _plain(value) else None
+            values.append(f"{name} = {shown}" if shown else f"# {name}: a {type(value).__name__}, captured by value (in the pickle), not shown")
 
 
-def source_listing(labelled: list[tuple[str, Callable[..., Any]]]) -> str:
-    parts = ["# What this run trained with, for reading; resume loads objects.pkl next to this file.\n"]
+def _plain(value: Any) -> bool:
+    """Whether `repr(value)` reads back as the value: numbers, strings and containers of them."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return True
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _is_users(value: Any) -> bool:
+    """The user's own code (a notebook cell or a module outside installed packages and this one)."""
+    module = getattr(value, "__module__", None)
+    return module == "__main__" or (module is not None and sys.modules.get(module) in _user_modules([value]))
+
+
+def source_listing(labelled: list[tuple[str, Callable[..., Any]]], header: str) -> str:
+    """The readable sources of `labelled` functions in one file, under `header` (a sentence saying
+    what the file is and where the pickled copy lives: it must be true where the file is written)."""
+    parts = ["".join(f"# {line}\n" for line in textwrap.wrap(header, 98))]
     for label, function in labelled:
-        _keep_source(function)
-        source = getattr(function, SOURCE_ATTRIBUTE, None) or f"# (no source available: {function!r})\n"
-        parts.append(f"\n# {label}, from {getattr(function, '__module__', '?')}\n{source}")
+        name = label.split("'")[1] if "'" in label else label
+        own = getattr(getattr(function, "fn", function), "__name__", name)
+        called = "" if own == name else f" (the function {own})"
+        module = getattr(function, "__module__", "?")
+        parts.append(f"\n# {label.split(' ')[0]} {name!r}{called}, defined in {module}\n{readable_source(function)}")
     return "".join(parts)
+

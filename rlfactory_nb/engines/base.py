@@ -278,3 +278,17 @@ def create_engine(kind: str, model_path_or_objects: Any, **options: Any) -> Engi
     `options` go to the engine's constructor (see HFEngine and VLLMEngine).
     """
     return _registered(kind)[0](model_path_or_objects, **options)
+
+
+def context_length(engine: Any) -> int | None:
+    """The most tokens (prompt + generation) `engine` takes, when it says: its `max_positions` (an
+    HFEngine's model config, a vLLM engine's max_model_len, a cluster engine's actor's), looked up
+    through wrappers (`.engine`); None when unknown."""
+    for _ in range(8):  # wrappers wrap a few deep at most
+        limit = getattr(engine, "max_positions", None)
+        if isinstance(limit, int) and limit > 0:
+            return limit
+        engine = getattr(engine, "engine", None)
+        if engine is None:
+            return None
+    return None

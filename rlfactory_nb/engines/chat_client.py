@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 import weakref
@@ -39,9 +40,11 @@ import httpx
 
 from rlfactory_nb.chat import quoting
 from rlfactory_nb.chat.detect import detect_chat_format
-from rlfactory_nb.engines.base import Engine, SamplingParams
+from rlfactory_nb.engines.base import Engine, SamplingParams, context_length
 from rlfactory_nb.engines.chat_http import Answer, ReplyRejected, post, retry_after_s, token_counts
 from rlfactory_nb.errors import ChatError, ChatFormatError, ConfigError, EngineActorDied
+
+log = logging.getLogger(__name__)
 from rlfactory_nb.types import Message
 
 _MAX_WAIT_S = 60.0
@@ -194,13 +197,14 @@ class EngineChatClient:
         self.model = model or str(getattr(self.tokenizer, "name_or_path", "") or self.where)
         self._limits = _PerLoop(lambda: asyncio.Semaphore(settings.max_concurrency))
         self.chat_format = _family(self.tokenizer)
+        self._said_room = False
 
     def __repr__(self) -> str:
         return f"EngineChatClient({self.where!r})"
 
     async def complete(self, messages: Sequence[Message], seed: int | None = None) -> ChatReply:
         ids = self._render(messages)
-        sampling = SamplingParams(temperature=self.settings.temperature, max_new_tokens=self.settings.max_tokens, seed=seed)
+        sampling = SamplingParams(temperature=self.settings.temperature, max_new_tokens=self._room(len(ids)), seed=seed)
         async with self._limits.get():
             generation = await self._timed(self._generate(ids, sampling))
         self.usage.requests += 1
@@ -220,7 +224,31 @@ class EngineChatClient:
         except TimeoutError as exc:
             raise self._failure(f"{self.where} gave no reply within {timeout_s:g} s (timeout_s)") from exc
         except Exception as exc:  # any engine failure but its death is this one request's
-            raise self._failure(f"{self.where} failed: {type(exc).__name__}: {exc}") from exc
+            # the engine's knob is max_new_tokens; the object the user built calls it max_tokens
+            said = str(exc).replace("max_new_tokens", "max_tokens")
+            raise self._failure(f"{self.where} failed: {type(exc).__name__}: {said}") from exc
+
+    def _room(self, prompt_tokens: int) -> int:
+        """`max_tokens`, or what the engine's context leaves after the prompt when that is less (said
+        once per client: a judge's default 1024 does not fit a small model's context)."""
+        wanted = self.settings.max_tokens
+        context = context_length(self.engine)
+        if context is None or prompt_tokens + wanted <= context:
+            return wanted
+        room = context - prompt_tokens
+        if room < 1:
+            raise self._failure(
+                f"a prompt of {prompt_tokens} tokens fills {self.where}'s context of {context} tokens: shorten the "
+                "prompt (the judge's prompt_template, or what it quotes), or serve a model with a longer context"
+            )
+        if not self._said_room:
+            self._said_room = True
+            log.warning(
+                "%s: max_tokens=%d does not fit its context of %d tokens after a prompt of %d; replies get the "
+                "%d tokens left (set max_tokens lower to choose, or serve a model with a longer context)",
+                self.where, wanted, context, prompt_tokens, room,
+            )
+        return room
 
     async def _timed(self, work: Any) -> Any:
         start = time.perf_counter()

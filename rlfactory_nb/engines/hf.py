@@ -19,7 +19,8 @@ finishes leaves the batch (with its KV cache rows), so the rest decode without c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,6 +349,31 @@ class HFEngine:
         return ids.to(device), mask.to(device)
 
 
+QUIET_LOAD_BYTES = 256 * 2**20
+"""a local model folder with fewer weight bytes loads without transformers' "Loading weights" bar:
+it takes well under a second, and its bar repeated in every cell and log (presets, tests, checkpoints)"""
+
+
+@contextlib.contextmanager
+def quiet_if_small(path: str | Path) -> Iterator[None]:
+    """transformers' progress bars off while a small local folder loads (QUIET_LOAD_BYTES)."""
+    from transformers.utils import (
+        logging as transformers_logging,  # deferred: transformers loads with a model
+    )
+
+    folder = Path(path)
+    weights = sum(f.stat().st_size for f in folder.glob("*.safetensors")) if folder.is_dir() else QUIET_LOAD_BYTES
+    if weights >= QUIET_LOAD_BYTES or not transformers_logging.is_progress_bar_enabled():
+        yield
+        return
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()
+
+
+
 @register_engine("hf", EngineTraits(loads="objects"))
 def _create_hf_engine(model_path_or_objects: Any, **options: Any) -> HFEngine:
     """`create_engine("hf", path_or_(model, tokenizer), device=..., dtype=..., **HFEngine options)`."""
@@ -356,8 +382,9 @@ def _create_hf_engine(model_path_or_objects: Any, **options: Any) -> HFEngine:
 
         device = options.pop("device", "cuda" if torch.cuda.is_available() else "cpu")
         dtype = options.pop("dtype", torch.float32)
-        model = AutoModelForCausalLM.from_pretrained(str(model_path_or_objects), dtype=dtype, trust_remote_code=False).to(device)
-        tokenizer = AutoTokenizer.from_pretrained(str(model_path_or_objects), trust_remote_code=False)
+        with quiet_if_small(model_path_or_objects):
+            model = AutoModelForCausalLM.from_pretrained(str(model_path_or_objects), dtype=dtype, trust_remote_code=False).to(device)
+            tokenizer = AutoTokenizer.from_pretrained(str(model_path_or_objects), trust_remote_code=False)
         return HFEngine(model, tokenizer, **options)
     if isinstance(model_path_or_objects, tuple) and len(model_path_or_objects) == 2:
         model, tokenizer = model_path_or_objects

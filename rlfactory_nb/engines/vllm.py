@@ -196,6 +196,11 @@ class VLLMEngine:
             raise EngineStateError("vLLM ended a request without a final output")
         return _to_generation(final.outputs[0])
 
+    @property
+    def max_positions(self) -> int:
+        """the most tokens a request may hold (vLLM's max_model_len): `context_length` reads it"""
+        return self._engine.model_config.max_model_len
+
     async def score(self, token_ids: list[int]) -> list[float]:
         """Log-probs of given ids (engines/base.py) from vLLM's prompt logprobs."""
         if self._closed:

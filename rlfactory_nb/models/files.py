@@ -56,9 +56,10 @@ class ModelDigest:
         return f"weights {self.weights[:12]}, tokenizer {self.tokenizer[:12]}"
 
 
-def model_folder(name: str | Path, log: Callable[[str], None] = print) -> Path | str:
+def model_folder(name: str | Path, log: Callable[[str], None] = print, check_hub: bool = True) -> Path | str:
     """The folder `name` means here: a preset's (shipped, else cached, else built unless this node
-    forbids it), a local folder as given, or a hub id unchanged (str)."""
+    forbids it), a local folder as given, or a hub id unchanged (str); `check_hub`: refuse at once a
+    hub id this node can neither find in its cache nor download."""
     from rlfactory_nb.models import presets  # here: presets import torch and transformers
 
     text = str(name)
@@ -67,16 +68,62 @@ def model_folder(name: str | Path, log: Callable[[str], None] = print) -> Path |
     if is_uri(text):  # a checkpoint or model on storage (a run's output_dir): fetched into the node's cache (storage.local_copy)
         return _checked_folder(local_copy(text, log=log))
     path = Path(text).expanduser()
-    if path.exists() or path.is_absolute() or text.startswith((".", "~")):
+    if path.exists() or path.is_absolute() or text.startswith((".", "~")) or _looks_like_a_path(text):
         return _checked_folder(path)
+    if check_hub:
+        _check_hub_reachable(text)
     return text  # a hub id
 
 
-def _checked_folder(path: Path) -> Path:
-    if not path.is_dir():
+def _looks_like_a_path(text: str) -> bool:
+    """A hub id is `owner/name`; more parts, or a checkpoint's folder name, mean a local path."""
+    return text.count("/") > 1 or Path(text).name.startswith("step_")
+
+
+def _check_hub_reachable(repo_id: str) -> None:
+    """Refuse a hub id at once when it is not cached and the hub cannot be reached (HF offline mode
+    set, or no network): huggingface_hub would otherwise retry for about a minute and fail with
+    three chained tracebacks."""
+    import os
+
+    if _hub_cache_folder(repo_id) is not None:
+        return
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    why = "HF_HUB_OFFLINE is set" if offline else None if _hub_reachable() else "no network reaches the Hugging Face hub"
+    if why is not None:
+        from rlfactory_nb.models import presets  # here: presets import torch and transformers
+
         raise ModelFilesError(
-            f"model folder {path} is not on node {node_name()}: put it on storage every node mounts (the job "
-            "reads it by that path), or name a preset or a hub id"
+            f"model {repo_id!r} is not a preset, a local folder or in the Hugging Face cache, and {why}: download it "
+            f"where there is a network (`hf download {repo_id}`), or name a local folder or a preset "
+            f"({', '.join(presets.PRESETS)})"
+        )
+
+
+@functools.cache
+def _hub_reachable() -> bool:
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+    except OSError:
+        return False
+    return True
+
+
+def _checked_folder(path: Path) -> Path:
+    if not path.exists() and not path.parent.is_dir():
+        raise ModelFilesError(f"no model or checkpoint folder {path}, and no folder {path.parent} on node {node_name()}: check the path")
+    if not path.is_dir():
+        near = sorted(entry.name for entry in path.parent.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+        there = f" ({path.parent} holds {', '.join(near[-6:])})" if near else ""
+        raise ModelFilesError(
+            f"no model or checkpoint folder {path} on node {node_name()}{there}: check the path; on a cluster, put it "
+            "on storage every node mounts"
         )
     if not any(file.suffix in WEIGHT_SUFFIXES for file in path.iterdir()):
         raise ModelFilesError(
@@ -89,7 +136,7 @@ def _checked_folder(path: Path) -> Path:
 def local_model_digest(name: str | Path) -> ModelDigest | None:
     """The digest of what `name` means on this node, or None for a hub id not in the local cache
     (nothing here to compare; the driver downloads it)."""
-    folder = model_folder(name, log=lambda _: None)
+    folder = model_folder(name, log=lambda _: None, check_hub=False)  # the driver's node may have a network
     if isinstance(folder, str):
         folder = _hub_cache_folder(folder)
         if folder is None:

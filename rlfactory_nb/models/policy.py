@@ -33,6 +33,7 @@ from rlfactory_nb.engines.build import (
     cpu_state,
     dtype_name,
 )
+from rlfactory_nb.engines.hf import quiet_if_small
 from rlfactory_nb.errors import ModelFilesError, RemoteCodeError
 from rlfactory_nb.models import lora, presets
 from rlfactory_nb.models.checkpoint import CheckpointError, verify_digests
@@ -48,7 +49,8 @@ def from_folder(loader: Any, path: str | Path, trust_remote_code: bool = False, 
     """`loader.from_pretrained(path)` (a transformers Auto class) with remote code off unless asked:
     the one way rlfactory-nb opens a model or tokenizer folder (module docstring)."""
     try:
-        return loader.from_pretrained(str(path), trust_remote_code=trust_remote_code, **options)
+        with quiet_if_small(path):  # no weight-loading bar for a small folder (engines/hf.py)
+            return loader.from_pretrained(str(path), trust_remote_code=trust_remote_code, **options)
     except ValueError as error:
         if trust_remote_code or "trust_remote_code" not in str(error):
             raise

@@ -37,6 +37,7 @@ from rlfactory_nb.rewards.values import (
     RewardValue,
     group_reward,
     is_group_reward,
+    score_of,
     to_reward_value,
 )
 from rlfactory_nb.rewards.verify import tool_verified
@@ -74,6 +75,7 @@ __all__ = [
     "parse_number",
     "reward_model",
     "rouge_l",
+    "score_of",
     "to_reward_value",
     "tool_error_penalty",
     "tool_success_rate",

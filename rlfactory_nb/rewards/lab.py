@@ -140,7 +140,11 @@ class RewardLab:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(objects.dumps())
-        path.with_suffix(".py").write_text(source_listing(objects.functions()), encoding="utf-8")
+        header = (
+            f"The lab reward saved by RewardLab.save_reward, for reading: this file is never run. "
+            f"RewardLab.load_reward loads the pickled copy, {path.name}, in this folder."
+        )
+        path.with_suffix(".py").write_text(source_listing(objects.functions(), header), encoding="utf-8")
         return path
 
     @staticmethod
@@ -192,7 +196,7 @@ class RewardLab:
                         "tool_calls": len(sample.tool_calls),
                         "turns": sample.num_turns,
                         "finish": sample.finish_reason,
-                        "errors": "; ".join(str(e) for e in outcome.errors),
+                        "errors": "; ".join(_errors(traj, outcome)),
                     }
                 )
         return pd.DataFrame(rows, columns=columns)
@@ -204,10 +208,7 @@ class RewardLab:
             return found
         trajectories = [traj for group in self.groups for traj in group]
         if self.agent.tools is not None and not any(traj.tool_calls() for traj in trajectories):
-            found.append(
-                f"no tool call fired in {len(trajectories)} samples: the model never used a tool, so tool-based "
-                "rewards cannot vary (check the system prompt, the parser, or max_new_tokens)"
-            )
+            found.append(_no_tool_call(trajectories))
         for name in self.names:
             scores = self.scores(name)
             if bool((scores == scores.flatten()[0]).all()):
@@ -222,11 +223,37 @@ class RewardLab:
         failures = sum(len(o.errors) for group in self.outcomes for o in group)
         if failures:
             found.append(f"{failures} reward call(s) failed and scored 0; see the 'errors' column")
+        malformed = sum(len(turn.parse_errors) for traj in trajectories for turn in traj.turns)
+        if malformed and any(traj.tool_calls() for traj in trajectories):
+            found.append(f"{malformed} tool call(s) could not be parsed and never ran; see the 'errors' column")
         return found
 
     def view(self) -> Any:
         """A notebook widget (RewardLabView): warnings, the table, histograms, advantages, trajectories."""
         return view_of(self)
+
+
+def _no_tool_call(trajectories: list[Trajectory]) -> str:
+    """The "no tool call" warning, saying whether the model never tried or tried and failed to parse."""
+    malformed = [error for traj in trajectories for turn in traj.turns for error in turn.parse_errors]
+    tried = sum(1 for traj in trajectories if any(turn.parse_errors for turn in traj.turns))
+    if not malformed:
+        return (
+            f"no tool call fired in {len(trajectories)} samples: the model never tried to call a tool, so "
+            "tool-based rewards cannot vary (check the system prompt, or that the model knows the tools)"
+        )
+    first = malformed[0].message
+    return (
+        f"no tool call fired in {len(trajectories)} samples: the model tried in {tried} of them, but none of its "
+        f"{len(malformed)} call(s) parsed (first: {first}); see the 'errors' column (check the parser "
+        "(rollout.parser / chat_format) or max_new_tokens, which may cut a call short)"
+    )
+
+
+def _errors(traj: Trajectory, outcome: RewardOutcome) -> list[str]:
+    """A sample's errors: tool calls that did not parse (they never ran), then failed reward calls."""
+    parsed = [f"tool call did not parse: {error.message}" for turn in traj.turns for error in turn.parse_errors]
+    return parsed + [f"reward: {error}" for error in outcome.errors]
 
 
 def _rows(dataset: Sequence[Row] | str) -> list[Row]:

@@ -34,6 +34,12 @@ def load_reward(spec: str | RewardFunction, args: Mapping[str, Any] | None = Non
             f"reward spec {spec!r} must look like 'package.module:function' or 'path/to/file.py:function'"
         )
     where, name = spec.rsplit(":", 1)  # rsplit: a Windows path has a colon of its own
+    if where == "objects.pkl":  # a run's record of a reward from the kernel (data/objects.py)
+        raise RewardLoadError(
+            f"reward spec {spec!r} is a run's record: {name!r} came from the kernel, and its run folder keeps it "
+            "(code/reward.py to read, code/objects.pkl to load). Resume that run (resume=True), pass the function "
+            "(reward=...), or set reward.function to a 'module:function' or 'file.py:function'"
+        )
     module = _load_file(where, spec) if where.endswith(".py") else _import(where, spec)
     if not hasattr(module, name):
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))

@@ -77,6 +77,20 @@ def is_async_function(function: Any) -> bool:
     return not inspect.isroutine(function) and inspect.iscoroutinefunction(type(function).__call__)
 
 
+async def score_of(function: Callable[..., Any], sample: Any) -> float:
+    """`function(sample)` as one number, sync or async, its "score" when it returns components: how
+    a reward written in a cell builds on another (notebook 02's `shaped` on the example's reward).
+
+    >>> import asyncio
+    >>> asyncio.run(score_of(lambda sample: {"score": 0.5, "em": 1.0}, None))
+    0.5
+    """
+    value = function(sample)
+    if inspect.isawaitable(value):
+        value = await value
+    return to_reward_value(value).score
+
+
 def group_reward(function: Callable[..., Any]) -> Callable[..., Any]:
     """Mark `function` as a group reward: it takes the list of samples of one prompt and returns one
     score (number or dict, as above) per sample, in order, so it can judge them against each other

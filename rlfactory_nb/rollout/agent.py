@@ -286,9 +286,10 @@ class Agent:
         traj.metadata["rewritten_tokens"] = found.rewritten_tokens
         if found.ok:
             return
+        traj.metadata["drift_tokens"] = found.differing()
         message = (
             f"trajectory {traj.id}: rollout ids differ from a full chat-template render at position "
-            f"{found.position}: rollout {found.rollout_context!r} vs render {found.render_context!r} "
+            f"{found.position}: {found.differing()}, in {found.rollout_context!r} "
             "(training uses the rollout ids; see docs/decisions.md on template drift)"
         )
         if self.drift == "strict":

@@ -196,10 +196,24 @@ class Drift:
     """empty think blocks of earlier assistant turns that the render drops and the rollout keeps"""
     rewritten_tokens: int = 0
     """sampled tokens the template renders as another token in history (the family's `rendered_as`)"""
+    rollout_tokens: tuple[tuple[int, str], ...] = ()
+    """(id, text) of the rollout's tokens from `position` on, a few: what differs, even when the
+    decoded contexts read the same (one text, tokenized two ways)"""
+    render_tokens: tuple[tuple[int, str], ...] = ()
+    """(id, text) of the render's tokens from `position` on"""
 
     @property
     def ok(self) -> bool:
         return self.position < 0
+
+    def differing(self) -> str:
+        """`rollout [151667 '<think>', 198 '\\n'] vs render [151668 '</think>']`: the tokens that
+        differ, with their ids."""
+
+        def shown(tokens: tuple[tuple[int, str], ...]) -> str:
+            return "[" + ", ".join(f"{token_id} {text!r}" for token_id, text in tokens) + "]" if tokens else "[end]"
+
+        return f"rollout {shown(self.rollout_tokens)} vs render {shown(self.render_tokens)}"
 
     @property
     def expected(self) -> bool:
@@ -255,6 +269,8 @@ def drift_check(
         position,
         tokenizer.decode(ids[start : position + context]),
         tokenizer.decode(rendered[start : position + context]),
+        rollout_tokens=_pieces(tokenizer, ids[position : position + DIFFERING_SHOWN]),
+        render_tokens=_pieces(tokenizer, rendered[position : position + DIFFERING_SHOWN]),
         dropped_think_blocks=max(explained, 0),
         rewritten_tokens=sum(a != b for a, b in zip(ids, rewritten)) if explained >= 0 else 0,
     )
@@ -267,6 +283,12 @@ def thinks_by_default(tokenizer: Any) -> bool:
     thinking = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True, enable_thinking=True)
     plain = render(tokenizer, DELTA_BASE[:1], add_generation_prompt=True, enable_thinking=False)
     return default == thinking != plain
+DIFFERING_SHOWN = 4
+"""tokens of each side a drift report shows from the first difference on"""
+
+
+def _pieces(tokenizer: Any, ids: Sequence[int]) -> tuple[tuple[int, str], ...]:
+    return tuple((int(token_id), tokenizer.decode([token_id])) for token_id in ids)
 
 
 def empty_think_ids(tokenizer: Any) -> list[int]:

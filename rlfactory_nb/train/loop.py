@@ -361,7 +361,7 @@ class Trainer:
             await self._on_backend(self.step, "the checkpoint", self.backend.checkpoint_model()),
             self.policy.tokenizer,
             await self._on_backend(self.step, "the checkpoint", self.backend.optimizer_state()),
-            self.cfg,
+            self.objects.recorded(self.cfg),  # what trained, not a default the kernel's objects replaced
             keep_last=self.cfg.grpo.keep_last,
         )
         self.last_checkpoint = saved.path

@@ -3,7 +3,8 @@
 A click handler is a plain function called by ipywidgets on the kernel's event loop. Work that is a
 coroutine (a rollout turn, a tool call) must run on that same loop, because the ToolSet's server
 sessions live there: it becomes a task, and the handler returns at once. Anything the work raises is
-written into the view's Output area with its traceback, never swallowed by the comm machinery.
+written into the view's Output area as one message (the error's own, which names the fix), never
+swallowed by the comm machinery; the traceback goes to the log (`logging`, at debug level).
 
 `StaticFallback` gives every view an HTML rendering too, for notebooks saved without widget state:
 plots in it are static SVG (widgets/static.py), so a saved notebook needs neither plotly.js nor a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import html
 import inspect
+import logging
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,6 +28,7 @@ from rlfactory_nb.widgets.front_end import headless
 from rlfactory_nb.widgets.static import figure_svg_html
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+log = logging.getLogger(__name__)
 
 
 def error_area() -> widgets.Output:
@@ -34,8 +37,9 @@ def error_area() -> widgets.Output:
 
 
 def report_error(area: widgets.Output, error: BaseException) -> None:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    area.append_stderr(text)
+    """One message in the view; the traceback in the log, for whoever debugs the library."""
+    log.debug("a view's action failed:\n%s", "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    area.append_stderr(f"{type(error).__name__}: {error}\n")
 
 
 def home_loop() -> asyncio.AbstractEventLoop | None:

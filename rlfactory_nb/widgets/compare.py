@@ -34,6 +34,7 @@ CAVEAT = (
     "differently to the new policy, and a trajectory the new policy would never sample is scored all the same."
 )
 _STYLE = f"""<style>
+.rf-comparison {{ font-family: sans-serif; font-size: 13px; }}
 .rf-strip {{ font-family: monospace; font-size: 90%; line-height: 1.7; white-space: pre-wrap; }}
 .rf-token {{ border-radius: 2px; padding: 0 1px; }}
 .rf-masked {{ background: {MASKED_COLOR}; color: #555; }}
@@ -58,15 +59,21 @@ def strip_html(comparison: PolicyComparison, index: int) -> str:
     traj = comparison.trajectories[index]
     rows = comparison.trajectory_tokens(index).set_index("position")
     scale = _scale(comparison)
-    spans = [_grey(token_id, comparison.tokenizer, "prompt") for token_id in traj.prompt_ids]
+    spans = []
     for position, (token_id, mask) in enumerate(zip(traj.response_ids, traj.loss_mask)):
         spans.append(_coloured(rows.loc[position], scale) if mask else _grey(token_id, comparison.tokenizer, "not sampled"))
+    # the strip starts at the first sampled token; the prompt (a whole system prompt, often) folds away
+    prompt = "".join(_grey(token_id, comparison.tokenizer, "prompt") for token_id in traj.prompt_ids)
+    folded = (
+        f"<details class='rf-prompt'><summary>the prompt ({len(traj.prompt_ids)} tokens, not scored): show</summary>"
+        f"<div class='rf-strip'>{prompt}</div></details>"
+    )
     legend = (
         f"<div>colour: change in log-probability, <span class='rf-token' style='background:{change_color(scale, scale)};color:#fff'>"
         f"+{scale:.2f} more likely</span> … 0 … <span class='rf-token' style='background:{change_color(-scale, scale)};color:#fff'>"
         f"−{scale:.2f} less likely</span> <span class='rf-token rf-masked'>prompt, template and tool tokens</span></div>"
     )
-    return f"{legend}<div class='rf-strip'>{''.join(spans)}</div>"
+    return f"{legend}{folded}<div class='rf-strip'>{''.join(spans)}</div>"
 
 
 def _coloured(row: Any, scale: float) -> str:
@@ -130,7 +137,8 @@ def page_html(comparison: PolicyComparison, index: int | None = None) -> str:
     total change is largest), the top tokens and the caveat (the widget's static rendering, and
     `rlfactory-nb compare`'s page)."""
     index = int(comparison.summary["trajectory"].iloc[0]) if index is None else index
-    return f"{_STYLE}{trajectory_html(comparison, index)}{top_html(comparison)}<p class='rf-caveat'>{CAVEAT}</p>"
+    body = f"{trajectory_html(comparison, index)}{top_html(comparison)}<p class='rf-caveat'>{CAVEAT}</p>"
+    return f"{_STYLE}<div class='rf-comparison'>{body}</div>"
 
 
 @register_view(PolicyComparison)
@@ -147,13 +155,13 @@ class ComparisonView(StaticFallback, widgets.VBox):
         self.selector = widgets.Dropdown(options=options, description="trajectory")
         self.trajectory = widgets.HTML()
         self.selector.observe(self._show, names=["value"])
-        rest = widgets.HTML(f"{_STYLE}{top_html(comparison)}<p class='rf-caveat'>{CAVEAT}</p>")
+        rest = widgets.HTML(f"{_STYLE}<div class='rf-comparison'>{top_html(comparison)}<p class='rf-caveat'>{CAVEAT}</p></div>")
         super().__init__([self.selector, self.trajectory, rest])
         self.add_class("rf-comparison-view")
         self._show({"new": self.selector.value})
 
     def _show(self, change: dict[str, Any]) -> None:
-        self.trajectory.value = f"{_STYLE}{trajectory_html(self.comparison, change['new'])}"
+        self.trajectory.value = f"{_STYLE}<div class='rf-comparison'>{trajectory_html(self.comparison, change['new'])}</div>"
 
     def static_html(self) -> str:
         return page_html(self.comparison, self.selector.value)

@@ -4,7 +4,11 @@ Curves come from `job.metrics()` (the rows of runs/<name>/metrics.jsonl): reward
 with the held-out evals, KL and entropy, response length, tool use, parse errors, each step's time
 split into rollout / reward / update / sync, the learning rate (`grpo.lr_schedule`), and an
 asynchronous run's staleness and busy shares. Each panel has a legend of its own with short names;
-step axes tick on whole steps. A daemon thread refreshes every `refresh_s` seconds until the job
+step axes tick on whole steps and say "step"; units are in the titles; every y axis is fitted to its
+data (`axis_range`: from 0 for values that never go below it). A series drawn exactly over another
+is dashed, and its legend says which it equals. Panels that do not apply to the run (asynchrony
+when synchronous, KL when off) say so, from the run's config. Buttons that cannot act are disabled,
+with the reason as their tooltip; a failing action shows one message. A daemon thread refreshes every `refresh_s` seconds until the job
 ends; a thread rather than an asyncio task so that refreshing goes on while a cell blocks in
 `job.wait()`. The rollout selector lists the run's saved trajectories, newest step first, and shows
 the chosen one (or a RolloutStepper on the job's current weights, where the job offers one) below;
@@ -14,7 +18,9 @@ the chosen one (or a RolloutStepper on the job's current weights, where the job 
 
 from __future__ import annotations
 
+import contextlib
 import html
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -41,34 +47,47 @@ class Panel:
     empty_note: str = "no data yet"
     title_without: tuple[str, str] | None = None
     """(key, title): the title while the panel draws other keys but never `key`"""
+    lines: tuple[str, ...] = ()
+    """keys drawn as lines over a stacked panel's bars"""
+    asynchronous: bool = False
+    """only an asynchronous run (grpo.max_staleness > 0) writes its keys"""
 
     @property
     def legend(self) -> bool:
         """Whether the panel names its series: it may draw more than one."""
-        return len(self.keys) > 1 or self.keys[0].endswith("/")
+        return len(self.keys) + len(self.lines) > 1 or self.keys[0].endswith("/")
+
+    def note(self, config: Any = None) -> str:
+        """What the panel says while it draws nothing: why, when the run's config tells."""
+        grpo = getattr(config, "grpo", None)
+        if self.asynchronous and grpo is not None and not grpo.max_staleness:
+            return "synchronous run (grpo.max_staleness = 0): no asynchrony"
+        return self.empty_note
 
 
 PANELS = (
     Panel("reward", ("reward/mean", "reward/", "eval/sampled_reward/mean", "eval/greedy_reward/mean")),
     Panel("KL and entropy", ("train/kl", "train/entropy"), title_without=("train/kl", "entropy (KL off: grpo.kl_coef = 0)")),
-    Panel("response tokens", ("rollout/response_tokens_mean",)),
-    Panel("tool use", ("rollout/tool_call_rate", "tools/success_rate")),
-    Panel("parse errors", ("rollout/parse_errors",)),
-    Panel("step time (s)", ("time/rollout_s", "time/reward_s", "time/update_s", "time/sync_s"), stacked=True),
-    Panel("learning rate", ("train/lr",)),
+    Panel("response length (tokens)", ("rollout/response_tokens_mean",)),
+    Panel("tool use (share)", ("rollout/tool_call_rate", "tools/success_rate")),
+    Panel("parse errors (per step)", ("rollout/parse_errors",)),
     Panel(
-        "asynchrony",
-        ("async/staleness_mean", "async/staleness_max", "async/engine_busy_share", "async/trainer_busy_share", "time/wait_rollouts_s"),
-        empty_note="synchronous run: no asynchrony metrics",
+        "step time (s)", ("time/rollout_s", "time/reward_s", "time/update_s", "time/sync_s"), stacked=True,
+        lines=("time/wait_rollouts_s",),
     ),
+    Panel("learning rate", ("train/lr",)),
+    Panel("staleness (steps)", ("async/staleness_mean", "async/staleness_max"), asynchronous=True),
+    Panel("busy (share of time)", ("async/engine_busy_share", "async/trainer_busy_share"), asynchronous=True),
 )
 COLUMNS = 3
 GRID_ROWS = -(-len(PANELS) // COLUMNS)
 WIDTH_PX = 940
 """fits a JupyterLab notebook beside its file browser"""
 ROW_HEIGHT_PX = 330
-GAP_PX = 95
-"""between grid rows: tick labels, a two-line legend, the next panel's title"""
+GAP_PX = 112
+"""between grid rows: tick labels, the x title, a two-line legend, the next panel's title"""
+LEGEND_OFFSET_PX = 40
+"""from a panel's bottom edge to its legend: below the tick labels and the "step" title"""
 ROLLOUT_CHOICES = 32
 """saved trajectories the rollout selector lists"""
 _EXCLUDED = ("reward/std", "reward/calls", "reward/failures")
@@ -79,19 +98,20 @@ LABELS = {
     "train/kl": "KL",
     "rollout/tool_call_rate": "tool-call rate",
     "tools/success_rate": "tool success",
-    "async/staleness_mean": "staleness mean",
-    "async/staleness_max": "staleness max",
-    "async/engine_busy_share": "engine busy",
-    "async/trainer_busy_share": "trainer busy",
-    "time/wait_rollouts_s": "wait for rollouts (s)",
+    "async/staleness_mean": "mean",
+    "async/staleness_max": "max",
+    "async/engine_busy_share": "engines",
+    "async/trainer_busy_share": "trainer",
+    "time/wait_rollouts_s": "waiting",
 }
 
 
 def label(key: str) -> str:
-    """A series' short legend name: "time/update_s" -> "update", "reward/em" -> "em"."""
+    """A series' short legend name (a panel is about a third of the width, and its legend must fit
+    under it): "time/update_s" -> "update", "reward/em" -> "em", "reward/shaped/correct" -> "correct"."""
     if key in LABELS:
         return LABELS[key]
-    return key.split("/", 1)[-1].removesuffix("_s")
+    return key.rsplit("/", 1)[-1].removesuffix("_s")
 
 
 def derived(row: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +127,7 @@ def panel_series(panel: Panel, rows: list[dict[str, Any]]) -> dict[str, tuple[li
     rows = [derived(row) for row in rows]
     present = sorted({key for row in rows for key in row})
     keys: list[str] = []
-    for wanted in panel.keys:
+    for wanted in (*panel.keys, *panel.lines):
         matches = [k for k in present if k.startswith(wanted)] if wanted.endswith("/") else [wanted]
         keys += [k for k in matches if k not in keys and k not in _EXCLUDED]
     series = {}
@@ -132,13 +152,72 @@ def panel_title(panel: Panel, series: dict[str, Any]) -> str:
     return panel.title
 
 
-def panel_chart(panel: Panel, rows: list[dict[str, Any]]) -> Chart:
-    """The static twin of one live panel."""
+def panel_chart(panel: Panel, rows: list[dict[str, Any]], config: Any = None) -> Chart:
+    """The static twin of one live panel (`config`: the run's, for what the panel says when empty)."""
     drawn = panel_series(panel, rows)
-    kind = "bar" if panel.stacked else "line"
-    series = tuple(Series(label(key), tuple(steps), tuple(values), kind) for key, (steps, values) in drawn.items())
+    names = series_names(drawn)
+    series = tuple(
+        Series(names[key], tuple(steps), tuple(values), _kind(panel, key), dash=key in covered(drawn))
+        for key, (steps, values) in drawn.items()
+    )
     title = panel_title(panel, drawn)
-    return Chart(title, series, barmode="stack", integer_x=True, empty_note=panel.empty_note, legend=panel.legend)
+    return Chart(
+        title, series, barmode="stack", x_title="step", integer_x=True, y_range=axis_range(panel, drawn),
+        empty_note=panel.note(config), legend=panel.legend,
+    )
+
+
+def _kind(panel: Panel, key: str) -> str:
+    return "bar" if panel.stacked and key not in panel.lines else "line"
+
+
+def covered(series: dict[str, tuple[list[int], list[float]]]) -> dict[str, str]:
+    """key -> the earlier key it would be drawn exactly over (same steps, same values): such a line
+    is dashed so that both show. A reward with one component: "mean" equals "shaped"."""
+    found: dict[str, str] = {}
+    keys = list(series)
+    for index, key in enumerate(keys):
+        same = next((other for other in keys[:index] if series[other] == series[key]), None)
+        if same is not None:
+            found[key] = same
+    return found
+
+
+def series_names(series: dict[str, tuple[list[int], list[float]]]) -> dict[str, str]:
+    """Legend names: the short label; a line that covers others names them ("mean = shaped"), and
+    the covered ones get no legend entry of their own ("": drawn dashed, named by the first)."""
+    over = covered(series)
+    names = {key: "" if key in over else label(key) for key in series}
+    for key, first in over.items():
+        names[first] = f"{names[first]} = {label(key)}"
+    return names
+
+
+def axis_range(panel: Panel, series: dict[str, tuple[list[int], list[float]]]) -> tuple[float, float] | None:
+    """The y range that fits `series` (stacked bars by their totals): from 0 when no value is below
+    it, so a constant 3e-4 learning rate reads as 3e-4 and a count never dips below 0; None: nothing
+    to fit.
+
+    >>> axis_range(PANELS[6], {"train/lr": ([1, 2], [3e-4, 3e-4])})
+    (0.0, 0.000324)
+    >>> axis_range(PANELS[4], {"rollout/parse_errors": ([1], [0.0])})
+    (0.0, 1.08)
+    """
+    values = [v for key, (_, ys) in series.items() if _kind(panel, key) == "line" for v in ys if math.isfinite(v)]
+    totals: dict[int, float] = {}
+    for key, (steps, ys) in series.items():
+        if _kind(panel, key) == "bar":
+            for step, value in zip(steps, ys):
+                totals[step] = totals.get(step, 0.0) + value
+    values += [v for v in totals.values() if math.isfinite(v)]
+    if not values:
+        return None
+    low, high = min(values), max(values)
+    low = min(low, 0.0) if low >= 0 else low
+    if high <= low:
+        high = low + (abs(low) or 1.0)
+    pad = (high - low) * 0.08
+    return (round(low - (pad if low < 0 else 0.0), 12), round(high + pad, 12))
 
 
 def step_tick(last_step: int, target: int = 6) -> int:
@@ -175,6 +254,17 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
+def stepper_unavailable(job: Any) -> str | None:
+    """Why "Step through a rollout" cannot act on `job` (None: it can): it starts an engine on a
+    cluster, so a job attached from its run folder alone (no cluster) cannot."""
+    if getattr(job, "cluster", "unknown") is None and getattr(job, "_actor", None) is None:
+        return (
+            f"needs a cluster to run an engine on: rf.TrainingJob.attach({getattr(job, 'name', '...')!r}, "
+            "rf.Cluster.connect()) (this job was attached from its run folder only)"
+        )
+    return None
+
+
 def _button_layout(**options: Any) -> widgets.Layout:
     """As wide as the button's label, never squeezed by the status text beside it."""
     return widgets.Layout(width="auto", flex="0 0 auto", **options)
@@ -184,6 +274,10 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
     def __init__(self, job: Any, refresh_s: float = 2.0, autostart: bool = True):
         self.job = job
         self.refresh_s = refresh_s
+        self.config = None
+        """the run's config when the job can say (what panels that do not apply say); None: unknown"""
+        with contextlib.suppress(Exception):  # an attached folder without a checkpoint has none yet
+            self.config = job.config()
         self.status = widgets.HTML()
         self.figure = self._empty_figure()
         self._titles = tuple(self.figure.layout.annotations)
@@ -214,14 +308,24 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
         self._tokenizer: Any = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        controls = widgets.HBox(
-            [self.refresh_button, self.stop_button, self.stepper_button, self.compare_button, self.status]
-        )
-        super().__init__([controls, self.figure, self.trajectory_choice, self.output_area, self.errors])
+        controls = widgets.HBox([self.refresh_button, self.stop_button, self.stepper_button, self.compare_button])
+        # the status on a line of its own: beside the buttons it was squeezed into a column a word wide
+        super().__init__([self.status, controls, self.figure, self.trajectory_choice, self.output_area, self.errors])
         self.add_class("rf-training-dashboard")
         self.refresh()
         if autostart:
             self.start()
+
+    def _enable_buttons(self) -> None:
+        """Disable the buttons that cannot act on this job now, the reason as their tooltip."""
+        cannot_step = stepper_unavailable(self.job)
+        self.stepper_button.disabled = cannot_step is not None
+        self.stepper_button.tooltip = cannot_step or "a RolloutStepper on the job's current weights, one turn at a time"
+        cannot_compare = None if getattr(self.job, "checkpoints", [None]) else (
+            "no checkpoint yet to compare with the base model (grpo.checkpoint_every sets how often one is written)"
+        )
+        self.compare_button.disabled = cannot_compare is not None
+        self.compare_button.tooltip = cannot_compare or "score the selected rollout with the run's base model and its latest checkpoint"
 
     @staticmethod
     def _empty_figure() -> go.FigureWidget:
@@ -237,11 +341,14 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
             suffix = "" if index == 0 else str(index + 1)
             x_domain, y_domain = figure.layout[f"xaxis{suffix}"].domain, figure.layout[f"yaxis{suffix}"].domain
             legends[f"legend{suffix}"] = {
-                "x": x_domain[0], "y": y_domain[0] - 24 / plot_height, "xanchor": "left", "yanchor": "top",
+                "x": x_domain[0], "y": y_domain[0] - LEGEND_OFFSET_PX / plot_height, "xanchor": "left", "yanchor": "top",
                 "orientation": "h", "font": {"size": 10}, "bgcolor": "rgba(0,0,0,0)",
             }
         figure.update_layout(width=WIDTH_PX, height=height, barmode="stack", margin=margin, **legends)
-        figure.update_xaxes(tickformat="d", tickmode="linear", tick0=0, dtick=1)
+        figure.update_xaxes(
+            tickformat="d", tickmode="linear", tick0=0, dtick=1, title={"text": "step", "font": {"size": 10}, "standoff": 2},
+        )
+        figure.update_yaxes(exponentformat="power", tickformat="~g")  # 3e-4 reads as 0.0003, not 300µ
         return figure
 
     def refresh(self) -> None:
@@ -260,6 +367,7 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
             self.stop_button.button_style = ""
             self.stop_button.icon = "check" if state == "finished" else "times"
         self._draw(rows)
+        self._enable_buttons()
         self._list_rollouts(self.job.latest_trajectories(ROLLOUT_CHOICES))
 
     def _draw(self, rows: list[dict[str, Any]]) -> None:
@@ -271,14 +379,23 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
                 series = panel_series(panel, rows)
                 titles.append(go.layout.Annotation(self._titles[index], text=panel_title(panel, series)))
                 legend = "legend" if index == 0 else f"legend{index + 1}"
+                names, over = series_names(series), covered(series)
                 for key, (steps, values) in series.items():
-                    common = {"x": steps, "y": values, "name": label(key), "legend": legend, "showlegend": panel.legend}
-                    trace = go.Bar(**common) if panel.stacked else go.Scatter(mode="lines+markers", **common)
+                    shown = panel.legend and bool(names[key])
+                    common = {"x": steps, "y": values, "name": names[key] or label(key), "legend": legend, "showlegend": shown}
+                    if _kind(panel, key) == "bar":
+                        trace = go.Bar(**common)
+                    else:
+                        trace = go.Scatter(mode="lines+markers", line={"dash": "dash" if key in over else "solid"}, **common)
                     self.figure.add_trace(trace, row=row + 1, col=col + 1)
+                fitted = axis_range(panel, series)
+                self.figure.update_yaxes(
+                    row=row + 1, col=col + 1, **({"range": list(fitted), "autorange": False} if fitted else {"autorange": True})
+                )
                 if not series:
                     suffix = "" if index == 0 else str(index + 1)
                     notes.append(go.layout.Annotation(
-                        text=panel.empty_note, xref=f"x{suffix} domain", yref=f"y{suffix} domain", x=0.5, y=0.5,
+                        text=panel.note(self.config), xref=f"x{suffix} domain", yref=f"y{suffix} domain", x=0.5, y=0.5,
                         showarrow=False, font={"color": "#888", "size": 11},
                     ))
             self.figure.layout.annotations = tuple(titles + notes)
@@ -297,9 +414,20 @@ class TrainingDashboard(StaticFallback, widgets.VBox):
 
     def charts(self) -> list[Chart]:
         """The panels as static charts, from the last refresh."""
-        return [panel_chart(panel, self._rows) for panel in PANELS]
+        return [panel_chart(panel, self._rows, self.config) for panel in PANELS]
 
     def static_html(self) -> str:
+        """The finished run's curves and chosen rollout; while the job still runs, one line saying
+        where the live view was (a snapshot of a run in progress would stay "starting" in a saved
+        notebook: `job.dashboard()` after `job.wait()` saves the final one)."""
+        info = self.job.info()
+        if info.get("state") not in TERMINAL_STATES:
+            return (
+                f"<div class='rf-dashboard-live' style='color:#555'>live dashboard of job <b>{html.escape(self.job.name)}</b> "
+                f"here ({html.escape(str(info.get('state')))} at step {html.escape(str(info.get('step', 0)))} when shown; "
+                "it refreshes in a live notebook). The finished run's curves are where <code>job.dashboard()</code> "
+                "runs after <code>job.wait()</code>.</div>"
+            )
         chosen = self._trajectories.get(self.trajectory_choice.value)
         rollout = ""
         if chosen is not None:

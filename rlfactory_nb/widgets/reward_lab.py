@@ -7,11 +7,11 @@ only draws it, and redraws after every `lab.rescore`.
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as widgets
 
+from rlfactory_nb._views import html_table
 from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.widgets._base import StaticFallback, figure_html
 from rlfactory_nb.widgets.controls import selector, set_options
@@ -21,19 +21,11 @@ from rlfactory_nb.widgets.trajectory import TrajectoryView
 
 
 def table_html(table: Any) -> str:
-    """A lab's table (a DataFrame) as a scrolling HTML table, long cells cut."""
+    """A lab's table (a DataFrame): one line per sample, long cells cut with the whole text on hover,
+    scores to 3 places, and how many samples it holds."""
     if table.empty:
         return "<div>no samples yet</div>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(value))}</td>" for value in row) + "</tr>"
-        for row in table.itertuples(index=False)
-    )
-    return f"<div style='max-height:320px;overflow:auto'><table class='rf-table'><tr>{head}</tr>{body}</table></div>"
-
-
-def _cell(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, float) else str(value)[:80]
+    return html_table([str(c) for c in table.columns], [list(row) for row in table.itertuples(index=False)], "samples")
 
 
 @register_view(RewardLab)
@@ -44,7 +36,10 @@ class RewardLabView(StaticFallback, widgets.VBox):
         self.lab = lab
         self.warnings = widgets.HTML()
         self.table = widgets.HTML()
-        self.histograms = figure_widget(layout={"title": "scores by reward function", "barmode": "overlay", "height": 300})
+        self.histograms = figure_widget(layout={  # side by side: overlaid, one reward's bars hid another's
+            "title": "scores by reward function (samples per score)", "barmode": "group", "height": 300,
+            "xaxis": {"title": "score"}, "yaxis": {"title": "samples"},
+        })
         self.advantage_plot = figure_widget(layout={"title": "GRPO advantage per sample", "height": 300, "xaxis": {"title": "prompt"}})
         self.reward_choice = selector("advantages of reward")
         self.sample_choice = selector("trajectory of sample")
@@ -65,7 +60,7 @@ class RewardLabView(StaticFallback, widgets.VBox):
         with self.histograms.batch_update():
             self.histograms.data = ()
             for name in lab.names if lab.outcomes else []:
-                self.histograms.add_histogram(x=lab.scores(name).flatten().tolist(), name=name, opacity=0.6)
+                self.histograms.add_histogram(x=lab.scores(name).flatten().tolist(), name=name)
         set_options(self.reward_choice, lab.names)
         shown = self.sample_choice.value
         set_options(

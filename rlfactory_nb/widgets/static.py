@@ -35,6 +35,8 @@ class Series:
     """"line" (with markers), "markers" or "bar\""""
     bar_width: float | None = None
     """a numeric bar's width in x units (histogram bins); None: from the spacing of the x values"""
+    dash: bool = False
+    """a dashed line: one drawn exactly over another, so that both show"""
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,8 @@ def charts_from_figure(figure: Any) -> list[Chart]:
             kind = "markers" if (trace.mode or "lines") == "markers" else "line"
             series.append(Series(trace.name or "", tuple(trace.x or range(len(trace.y or ()))), tuple(float(v) for v in trace.y or ()), kind))
     y_range = tuple(layout.yaxis.range) if layout.yaxis.range else None
-    barmode = "overlay" if series and all(t.type == "histogram" for t in figure.data) else (layout.barmode or "group")
+    histograms = bool(series) and all(t.type == "histogram" for t in figure.data)
+    barmode = layout.barmode or ("overlay" if histograms else "group")
     return [Chart(layout.title.text or "", tuple(series), barmode, layout.xaxis.title.text or "", y_range=y_range)]
 
 
@@ -223,7 +226,8 @@ def _line(series: Series, color: str, x_of: Any, y_of: Any) -> list[str]:
     parts = []
     if series.kind == "line" and len(points) > 1:
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        dashes = ' stroke-dasharray="6 4"' if series.dash else ""
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dashes}/>')
     for (x, y), (vx, vy) in zip(points, zip(series.x, series.y)):
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"><title>{_text(series.name)} {_text(str(vx))}: {vy:.4g}</title></circle>')
     return parts
@@ -305,6 +309,8 @@ def _legend_rows(chart: Chart, width: int) -> list[list[tuple[float, str, str]]]
     rows: list[list[tuple[float, str, str]]] = [[]]
     x = 8.0
     for index, series in enumerate(chart.series):
+        if not series.name:  # drawn, but named by the series it lies on (a dashed twin)
+            continue
         entry = 20 + CHAR_WIDTH * len(series.name) + 10
         if rows[-1] and x + entry > width:
             rows.append([])

@@ -196,9 +196,15 @@ def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:
     where = "in the prompt" if position < len(traj.prompt_ids) else f"at response token {position - len(traj.prompt_ids)}"
     return (
         f"<div style='color:#b35c00'>drift check: the rollout ids differ from a full render at position "
-        f"{position} ({where}); rollout context <code>{html.escape(repr(context))}</code>. Training uses the "
-        "rollout ids as sampled.</div>"
+        f"{position} ({where}): <code>{html.escape(str(traj.metadata.get('drift_tokens', '')))}</code>; rollout "
+        f"context <code>{html.escape(repr(context))}</code>. Training uses the rollout ids as sampled.</div>"
     )
+
+
+def drift_details(traj: Trajectory, tokenizer: Any = None) -> str:
+    """The drift check folded behind a "Drift check" summary (a saved view's twin of the toggle)."""
+    verdict = drift_summary(traj) or "not run"
+    return f"<details class='rf-drift'><summary>Drift check: {verdict}</summary>{drift_html(traj, tokenizer)}</details>"
 
 
 def drift_summary(traj: Trajectory) -> str:
@@ -250,7 +256,8 @@ class TrajectoryView(StaticFallback, widgets.VBox):
         self.drift.value = drift_html(trajectory, self.tokenizer)
 
     def static_html(self) -> str:
-        return view_html(self.trajectory, self.tokenizer) + drift_html(self.trajectory, self.tokenizer)
+        """The view, with the drift check folded behind "Drift check" as the live toggle keeps it."""
+        return view_html(self.trajectory, self.tokenizer) + drift_details(self.trajectory, self.tokenizer)
 
     def _toggle_drift(self, change: dict[str, Any]) -> None:
         self.drift.layout.display = "block" if change["new"] else "none"

@@ -4,8 +4,11 @@ Opens notebook 01 (a copy: JupyterLab autosaves outputs), runs all cells, and ch
 sees: the stepper widget renders, "Next turn" adds a turn, and the token strip shows trained and
 masked tokens. Opens the dashboard of notebook 03's finished run live, and the HTML exports of the
 executed notebooks with the network off (every request but file:// aborted): the token strip and the
-plots must show without it. Screenshots (one of the dashboard) are kept in $RLFACTORY_NB_ARTIFACTS
-(default runs/test-artifacts). `scripts/install_browser.sh` installs what it needs; without it the
+plots must show without it. In the dashboard it checks the learning-rate axis range (0 to just above
+the constant rate, not -0.5 to 1) and that a button that cannot act is disabled with its reason;
+offline, that a long table cell stays on one line with its whole text on hover. Screenshots are kept
+in $RLFACTORY_NB_ARTIFACTS (default runs/test-artifacts): the dashboard, and every notebook 01-04
+executed with example="calculator" and example="gsm8k" (`notebook_<example>_<notebook>.png`). `scripts/install_browser.sh` installs what it needs; without it the
 tests skip and say why.
 """
 
@@ -166,7 +169,14 @@ def test_the_dashboard_of_a_finished_run(jupyterlab, chromium, executed_notebook
         run_all_cells(page, jupyterlab.replace(NOTEBOOK, "dashboard.ipynb"))
         expect(dashboard.locator(".js-plotly-plot")).to_be_visible(timeout=120_000)
         expect(dashboard.get_by_role("button", name="Job finished")).to_be_disabled()
-        expect(dashboard.get_by_role("button", name="Step through a rollout with current weights")).to_be_visible()
+        stepper_button = dashboard.get_by_role("button", name="Step through a rollout with current weights")
+        expect(stepper_button).to_be_visible()
+        expect(stepper_button).to_be_disabled()  # attached from its run folder: no cluster to run an engine on
+        assert "rf.Cluster.connect()" in stepper_button.get_attribute("title")
+        # the learning-rate panel (the 7th: yaxis7) spans 0 to just above the run's constant rate
+        lr_range = dashboard.locator(".js-plotly-plot").first.evaluate("plot => plot._fullLayout.yaxis7.range")
+        assert lr_range[0] == 0 and 3e-4 < lr_range[1] < 4e-4, lr_range
+        assert dashboard.locator(".js-plotly-plot").first.evaluate("plot => plot._fullLayout.xaxis7.title.text") == "step"
         choice = dashboard.locator("select").first
         expect(choice.locator("option").first).to_contain_text("step ", timeout=30_000)
         chosen = choice.evaluate("select => select.options[select.selectedIndex].text").replace("\xa0", " ")
@@ -226,5 +236,66 @@ def test_a_policy_comparison_page_shows_the_coloured_strip_offline(chromium, tmp
         assert "p 0.368" in token.get_attribute("title")
         expect(page.locator("svg.rf-plot").first).to_be_visible()
         page.screenshot(path=str(ARTIFACTS / "offline_compare.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def test_a_long_table_cell_stays_on_one_line_with_its_text_on_hover(chromium, tmp_path):
+    """The lab table wrapped a GSM8K question one word a line, so one row filled the view and the
+    right columns were cut off; network off."""
+    import pandas as pd
+
+    from rlfactory_nb.widgets.reward_lab import table_html
+
+    question = ("Mark's book has 197 pages. Mark reads 27 pages a day for 5 days, then 9 pages a day for 2 days. "
+                "How many pages are left to read? Let's think step by step and output the final answer after \"####\".")
+    rows = [{"prompt": p, "question": question, "answer": "#### 44", "gsm8k": 1.0, "errors": ""} for p in range(8)]
+    page_file = tmp_path / "table.html"
+    page_file.write_text(f"<html><meta charset='utf-8'><body>{table_html(pd.DataFrame(rows))}</body></html>", encoding="utf-8")
+    context = chromium.new_context(viewport={"width": 1000, "height": 700})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    page = context.new_page()
+    try:
+        page.goto(page_file.as_uri())
+        cell = page.locator(".rf-table td[title]").first
+        assert cell.get_attribute("title") == question  # the whole text, on hover
+        assert cell.bounding_box()["height"] < 30  # one line
+        assert page.locator(".rf-table tr").nth(1).bounding_box()["height"] < 30
+        assert page.locator(".rf-table-count").inner_text() == "8 samples"
+        page.screenshot(path=str(ARTIFACTS / "offline_long_cell_table.png"), full_page=True)
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def gsm8k_notebooks(tmp_path_factory, tiny_policy):
+    """The four notebooks executed with example="gsm8k" (small: 2 steps, 4 held-out prompts)."""
+    from rlfactory_nb.notebooks_run import run_notebooks
+
+    from .conftest import CELL_TIMEOUT_S
+
+    parameters = {"example": "gsm8k", "run_name": "gsm8k-notebook", "eval_size": 4, "n_prompts": 2, "group_size": 2}
+    return run_notebooks(tmp_path_factory.mktemp("gsm8k"), parameters, timeout_s=CELL_TIMEOUT_S)
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("example", ["calculator", "gsm8k"])
+def test_screenshots_of_notebooks_01_to_04(example, chromium, request):
+    """Each executed notebook's HTML export in chromium (network off), kept as a test artifact:
+    $RLFACTORY_NB_ARTIFACTS/notebook_<example>_<notebook>.png. Slow: the papermill runs."""
+    from playwright.sync_api import expect
+
+    executed = request.getfixturevalue("executed_notebooks" if example == "calculator" else "gsm8k_notebooks")
+    context = chromium.new_context(viewport={"width": 1200, "height": 900})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    page = context.new_page()
+    try:
+        for notebook in executed:
+            page.goto(notebook.with_suffix(".html").as_uri())
+            expect(page.locator(".jp-Cell").first).to_be_visible()
+            assert not page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count()
+            shot = ARTIFACTS / f"notebook_{example}_{notebook.stem}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 10_000
     finally:
         context.close()

@@ -40,8 +40,19 @@ def test_lab_reward_and_cell_tool_train_then_a_new_kernel_resumes_and_evaluates(
         timeout_s=CELL_TIMEOUT_S,
     )
     code = tmp_path / "runs" / "flow" / "code"
-    assert "def shaped" in (code / "reward.py").read_text()  # the cell of notebook 02
+    reward_source = (code / "reward.py").read_text()
+    assert "def shaped" in reward_source  # the cell of notebook 02
+    assert "def used_tool" in reward_source and "import rlfactory_nb as rf" in reward_source  # the helper it calls
+    assert "Partial credit" in reward_source  # the used_tool the lab rescored with (notebook 02 redefines it)
+    assert "objects.pkl, in this folder" in reward_source
     assert "def digit_count" in (code / "tools.py").read_text()  # the cell of notebook 03
+    from rlfactory_nb.config import RunConfig
+
+    (checkpoint,) = sorted((tmp_path / "runs" / "flow" / "checkpoints").glob("step_*"))[-1:]
+    recorded = RunConfig.from_yaml(checkpoint / "run_config.yaml")
+    assert recorded.reward.function == "objects.pkl:shaped"  # not the config's exact_match, which never ran
+    assert [entry["name"] for entry in recorded.kernel_objects["reward"]] == ["shaped"]
+    assert [entry["name"] for entry in recorded.kernel_objects["tools"]] == ["digit_count"]
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     notebook.metadata["language_info"] = {"name": "python"}

@@ -115,3 +115,18 @@ def test_the_lab_hands_its_reward_to_training_and_to_another_kernel(tmp_path):
     loaded = RewardLab.load_reward(path)
     assert loaded["mine"](None) == 0.5 and loaded["ranked"].group_reward is True
     assert "def mine" in path.with_suffix(".py").read_text()
+
+
+async def test_a_call_that_did_not_parse_is_not_reported_as_never_trying(tokenizer, tools):
+    """The model wrote a tool call the parser rejected: the warning says it tried, and the errors
+    column shows the parse error (not only reward errors)."""
+    broken = '<tool_call>\n{"name": "add", "arguments": {"a": 2,\n</tool_call>'
+    agent = scripted_agent(tokenizer, tools, {"+": [broken, "<answer>5</answer>"]})
+    lab = RewardLab(agent, ROWS, rewards={"em": exact_match}, group_size=2)
+    await lab.sample(n_prompts=2)
+    (warning,) = [w for w in lab.warnings() if "no tool call fired" in w]
+    assert "the model tried in 4 of them" in warning and "never tried" not in warning
+    assert all(cell.startswith("tool call did not parse: ") for cell in lab.table()["errors"])
+    never = RewardLab(scripted_agent(tokenizer, tools, {"+": ["<answer>5</answer>"]}), ROWS, rewards={"em": exact_match}, group_size=2)
+    await never.sample(n_prompts=2)
+    assert any("never tried to call a tool" in w for w in never.warnings()) and set(never.table()["errors"]) == {""}

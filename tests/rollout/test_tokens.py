@@ -80,3 +80,16 @@ def test_control_token_text_in_a_tool_result_stays_text(tokenizer):
     assert tokenizer.decode(ids) == delta_text(tokenizer, [{"role": "tool", "content": echo}])
     plain = [{"role": "tool", "content": "84 </tool_response>"}]  # not special: quoted as the token, as before
     assert delta_ids(tokenizer, plain) == tokenizer.encode(delta_text(tokenizer, plain), add_special_tokens=False)
+
+
+def test_a_drift_report_shows_the_tokens_that_differ_with_their_ids(tokenizer):
+    """One text tokenized two ways decodes the same: the report must show the ids, not two equal strings."""
+    conversation = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "The answer is 1234."}]
+    ids, _ = encode_conversation(tokenizer, conversation, None)
+    where, whole = next((i, t) for i, t in enumerate(ids) if len(tokenizer.decode([t]).strip()) > 1 and i > 5)
+    pieces = [tokenizer.convert_tokens_to_ids(c) for c in tokenizer.convert_ids_to_tokens(whole)]
+    respelled = ids[:where] + pieces + ids[where + 1 :]
+    assert tokenizer.decode(respelled) == tokenizer.decode(ids)  # the same text
+    drift = drift_check(tokenizer, respelled, conversation, None)
+    assert drift.position == where and drift.rollout_tokens[0][0] == pieces[0] and drift.render_tokens[0][0] == whole
+    assert f"rollout [{pieces[0]} " in drift.differing() and f"vs render [{whole} " in drift.differing()

@@ -11,6 +11,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.data.objects import ObjectTransferError, RunObjects
 from rlfactory_nb.data.rows import DatasetError
+from rlfactory_nb.rewards.loading import load_reward
 from rlfactory_nb.train.loop import Trainer, train
 from rlfactory_nb.train.metrics import read_metrics
 
@@ -77,3 +78,73 @@ async def test_a_tools_file_settings_hold_in_training_unless_the_run_config_sets
             assert result.content.startswith("x" * limit) and len(result.content) < limit + 100
         finally:
             await trainer.close()
+
+
+BONUS = 0.5
+
+
+def answered(sample: rf.Sample) -> float:
+    """A helper the lab reward calls: the grader must find it in code/reward.py."""
+    return float(bool(sample.final_answer))
+
+
+def shaped(sample: rf.Sample) -> dict[str, float]:
+    return {"score": rf.rewards.exact_match(sample) + BONUS * answered(sample)}
+
+
+async def test_a_lab_reward_is_what_the_checkpoint_config_and_readable_source_name(make_cfg, tmp_path):
+    """Notebook 02 -> 03: a lab reward saved to a file, loaded in 'another kernel', trained with. The
+    checkpoint's config names it (not the config's default), and code/reward.py holds it with the
+    helper and the value it uses, under their own names; every file says truly where the pickle is."""
+    lab = rf.RewardLab(agent=None, dataset=ROWS, rewards={"shaped": shaped, "em": rf.rewards.exact_match})
+    saved = lab.save_reward(tmp_path / "lab_reward.pkl", "shaped", "em")
+    lab_source = saved.with_suffix(".py").read_text()
+    assert "lab_reward.pkl, in this folder" in lab_source and "objects.pkl" not in lab_source
+    reward = rf.RewardLab.load_reward(saved)
+    cfg = make_cfg(grpo__steps=1)
+    assert cfg.reward.function.endswith(":first_token")  # what the config names, and what did not train
+    result = await train(cfg, reward=reward, train_data=ROWS)
+    recorded = rf.RunConfig.from_yaml(result.checkpoint / "run_config.yaml")
+    assert recorded.reward.function == "objects.pkl:shaped"
+    assert recorded.data.train == str(cfg.run_dir / "code" / "train_data.jsonl")
+    entries = recorded.kernel_objects["reward"]
+    assert [(e["name"], e["role"], e["module"]) for e in entries] == [
+        ("shaped", "trains", __name__), ("em", "logged", "rlfactory_nb.rewards.functions")]
+    source = (cfg.run_dir / "code" / "reward.py").read_text()
+    assert "# reward 'shaped', defined in" in source and "# reward 'em'" in source
+    assert "def answered(sample" in source and "BONUS = 0.5" in source and "import rlfactory_nb as rf" in source
+    assert source.index("def answered") < source.index("def shaped")
+    assert "objects.pkl, in this folder" in source and (cfg.run_dir / "code" / "objects.pkl").exists()
+    import hashlib
+
+    from rlfactory_nb.data.objects import readable_source
+
+    assert entries[0]["sha256"] == hashlib.sha256(readable_source(reward["shaped"]).encode()).hexdigest()
+    with pytest.raises(rf.errors.RewardLoadError, match="came from the kernel"):
+        load_reward(recorded.reward.function)
+    # Resuming with the recorded config keeps the pickled reward rather than failing on its name.
+    await train(recorded.replace({"grpo.steps": 2, "data.train": cfg.data.train}), resume=True)
+    assert [row["step"] for row in read_metrics(cfg.run_dir)] == [1, 2]
+
+
+class Counter:
+    """An environment class from the kernel: the record names it as it names a reward."""
+
+    def reset(self, row):
+        return row
+
+
+def test_any_code_an_object_field_holds_is_recorded_and_kept_readable(tmp_path):
+    """Fields beyond reward, tools and rows (an environment, an agent program) are recorded too."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class WithEnvironment(RunObjects):
+        environment: object = None
+
+    objects = WithEnvironment(reward=quarter, environment=Counter)
+    record = objects.provenance()
+    assert record["environment"]["name"] == "Counter" and record["environment"]["source"] == "code/environment.py"
+    assert record["reward"][0]["name"] == "quarter"
+    folder = objects.save(tmp_path)
+    assert "class Counter" in (folder / "environment.py").read_text()

@@ -67,3 +67,14 @@ def test_identical_policies_show_white_tokens_and_say_nothing_moved(comparison):
     )
     static = page_html(same)
     assert static.count("background:rgb(255,255,255);color:#000'>") == 2 and "no token's log-probability changed" in static
+
+
+def test_the_page_starts_at_the_first_sampled_token_in_a_sans_serif_font(comparison):
+    """The prompt (often a whole system prompt) folds away; the strip below it starts with the first
+    sampled token."""
+    page = page_html(comparison, 0)
+    assert "<div class='rf-comparison'>" in page and "font-family: sans-serif" in page
+    folded, strip = page.split("</details>", 1)
+    assert "<details class='rf-prompt'><summary>the prompt (1 tokens, not scored)" in folded
+    first = strip.split("<div class='rf-strip'>", 1)[1]
+    assert first.startswith("<span class='rf-token rf-change'")

@@ -51,7 +51,10 @@ def test_dashboard_draws_a_finished_run_without_ray(tmp_path):
     dashboard = TrainingDashboard(job, refresh_s=0.05)
     assert "finished" in dashboard.status.value and "step 3 of 3" in dashboard.status.value
     names = {trace.name for trace in dashboard.figure.data}
-    assert {"mean", "em", "KL", "tool success", "rollout"} <= names  # short names, one legend a panel
+    assert {"mean = em", "KL", "tool success", "rollout"} <= names  # short names, one legend a panel
+    (hidden,) = [trace for trace in dashboard.figure.data if trace.name == "em"]
+    assert hidden.line.dash == "dash" and not hidden.showlegend  # drawn exactly over "mean": dashed, both show
+    assert all(dashboard.figure.layout[axis].title.text == "step" for axis in ("xaxis", "xaxis5", "xaxis9"))
     legends = {trace.legend for trace in dashboard.figure.data if trace.showlegend}
     assert len(legends) > 1 and all(dashboard.figure.layout[name].orientation == "h" for name in legends)
     assert dashboard.figure.layout.xaxis.dtick == 1 and dashboard.figure.layout.xaxis.tickformat == "d"
@@ -74,14 +77,37 @@ def test_the_learning_rate_has_a_panel_of_its_own():
     assert panel_series(panel, rows) == {"train/lr": ([1, 3], [1e-4, 5e-5])}  # steps without an update skip
 
 
-def test_asynchrony_panel_plots_the_async_keys_and_is_empty_without_them(tmp_path):
-    (panel,) = [panel for panel in PANELS if panel.title == "asynchrony"]
+def test_asynchrony_panels_keep_steps_and_shares_apart_and_say_when_a_run_is_synchronous(tmp_path):
+    """Staleness (steps) and busy shares (0-1) have panels of their own; the wait for rollouts (s) is a
+    line of the step-time panel. A panel says "synchronous run" only when the config says so."""
+    from rlfactory_nb.config import RunConfig
+
+    staleness, busy = [panel for panel in PANELS if panel.asynchronous]
     keys = {"async/staleness_mean": 0.5, "async/staleness_max": 1, "async/engine_busy_share": 0.9,
             "async/trainer_busy_share": 0.6, "time/wait_rollouts_s": 0.2}
-    assert panel_series(panel, [{**row(1, 0.2), **keys}, row(2, 0.3)]).keys() == keys.keys()
-    assert panel_series(panel, [row(1, 0.2)]) == {}
-    chart = panel_chart(panel, [row(1, 0.2)])
-    assert "synchronous run" in svg_chart(chart)
+    rows = [{**row(1, 0.2), **keys}, row(2, 0.3)]
+    assert panel_series(staleness, rows).keys() == {"async/staleness_mean", "async/staleness_max"}
+    assert panel_series(busy, rows).keys() == {"async/engine_busy_share", "async/trainer_busy_share"}
+    assert "time/wait_rollouts_s" in panel_series(PANELS[5], rows)
+    assert "steps" in staleness.title and "share" in busy.title
+    synchronous, asynchronous = RunConfig(name="x"), RunConfig(name="x").replace({"grpo.max_staleness": 1, "grpo.truncate_ratio": 2.0})
+    assert "synchronous run" in svg_chart(panel_chart(busy, [row(1, 0.2)], synchronous))
+    assert "synchronous" not in svg_chart(panel_chart(busy, [row(1, 0.2)], asynchronous))
+    assert "synchronous" not in svg_chart(panel_chart(busy, [row(1, 0.2)]))  # config unknown: no claim
+
+
+def test_every_axis_fits_its_data_from_zero_and_says_step():
+    """A constant learning rate of 3e-4 spans its axis (the live one ran from -0.5 to 1); a count never
+    dips below 0."""
+    from rlfactory_nb.widgets.dashboard import axis_range
+
+    (lr,) = [panel for panel in PANELS if panel.title == "learning rate"]
+    assert axis_range(lr, {"train/lr": ([1, 2, 3], [3e-4] * 3)}) == (0.0, 3e-4 * 1.08)
+    (errors,) = [panel for panel in PANELS if "parse errors" in panel.title]
+    assert axis_range(errors, {"rollout/parse_errors": ([1, 2], [0.0, 3.0])})[0] == 0.0
+    assert axis_range(PANELS[5], {"time/rollout_s": ([1], [1.0]), "time/update_s": ([1], [2.0])})[1] > 3.0  # stacked
+    chart = panel_chart(lr, [{**row(1, 0.2), "train/lr": 3e-4}])
+    assert chart.x_title == "step" and chart.y_range == (0.0, 3e-4 * 1.08)
 
 
 def test_the_stepper_button_shows_the_jobs_stepper_in_the_output_area(tmp_path):
@@ -164,5 +190,28 @@ def test_the_compare_button_scores_the_selected_rollout_with_base_and_latest_che
 def test_the_compare_button_says_when_there_is_no_checkpoint_yet(tmp_path):
     make_run(tmp_path, 1)
     dashboard = TrainingDashboard(TrainingJob.attach("demo", output_dir=tmp_path), autostart=False)
+    assert dashboard.compare_button.disabled and "no checkpoint yet" in dashboard.compare_button.tooltip
     dashboard.compare_button.click()
     assert "has no checkpoint yet" in str(dashboard.errors.outputs)
+
+
+def test_a_job_attached_without_a_cluster_disables_the_stepper_saying_why(tmp_path):
+    """The button stayed enabled on a finished run attached from its folder, and a click printed a
+    raw RuntimeError traceback in the widget: now it is disabled, its tooltip names the fix, and a
+    failing action shows one message."""
+    make_run(tmp_path, 1)
+    dashboard = TrainingDashboard(TrainingJob.attach("demo", output_dir=tmp_path), autostart=False)
+    assert dashboard.stepper_button.disabled and "rf.Cluster.connect()" in dashboard.stepper_button.tooltip
+    dashboard.stepper_button.click()  # ipywidgets still runs the handler from Python
+    (output,) = dashboard.errors.outputs
+    assert output["text"].count("\n") == 1 and "Traceback" not in output["text"]
+
+
+def test_a_saved_dashboard_of_a_running_job_is_one_line_not_a_frozen_start(tmp_path):
+    run = make_run(tmp_path, 2)
+    RunFolder(run).write_status(state="running", step=0, steps=2)
+    dashboard = TrainingDashboard(TrainingJob.attach("demo", output_dir=tmp_path), autostart=False)
+    static = dashboard.static_html()
+    assert "live dashboard of job" in static and "<svg" not in static and "no data yet" not in static
+    RunFolder(run).write_status(state="finished", step=2, steps=2)
+    assert "<svg" in dashboard.static_html()

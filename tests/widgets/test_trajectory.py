@@ -63,3 +63,13 @@ def test_reasoning_is_shown_apart_and_folded():
     assert shown.endswith("<pre>84</pre></div>"), "the answer is shown outside the fold, without the reasoning"
     plain = turn_html(1, Turn(text="84", num_tokens=1))
     assert "<details" not in plain and "<pre>84</pre>" in plain
+
+
+def test_a_saved_trajectory_folds_its_drift_note_behind_drift_check():
+    from rlfactory_nb.widgets.trajectory import TrajectoryView
+
+    traj = Trajectory([1, 2], [3, 4], [1, 0], [-0.1], metadata={"drift_position": 3, "dropped_think_blocks": 1})
+    static = TrajectoryView(traj).static_html()
+    folded = static.split("<details class='rf-drift'><summary>Drift check: ", 1)
+    assert len(folded) == 2 and "expected template drift" in folded[1]
+    assert "expected template drift. A full" not in folded[0]  # the paragraph is only in the fold
