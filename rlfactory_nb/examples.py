@@ -91,7 +91,7 @@ class Example:
         file when the example declares none."""
         path = self.folder / NOTEBOOK_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"example {self.name!r} declares no notebook defaults: add {path} (see examples/calculator/)")
+            raise PathNotFoundError(f"example {self.name!r} declares no notebook defaults: add {path} (see examples/calculator/)")
         return NotebookDefaults.from_file(path)
 
     def demo_messages(self, prompt: str | None = None) -> list[dict[str, str]]:

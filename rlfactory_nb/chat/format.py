@@ -20,7 +20,7 @@ from typing import Any
 from rlfactory_nb.chat import messages, reasoning
 from rlfactory_nb.chat.messages import AssistantMessage, ToolMessage
 from rlfactory_nb.chat.parsers import ToolCallParser
-from rlfactory_nb.errors import ChatFormatError
+from rlfactory_nb.errors import ChatFormatError, ConfigError
 from rlfactory_nb.types import Message
 
 Renderer = Callable[..., str]
@@ -159,7 +159,7 @@ def register_chat_format(chat_format: ChatFormat) -> ChatFormat:
     """Make `chat_format` available by its name (and to `auto`); returns it, for a module constant."""
     known = _FORMATS.get(chat_format.name)
     if known is not None and known != chat_format:
-        raise ValueError(f"chat format {chat_format.name!r} is already registered ({known.description})")
+        raise ConfigError(f"chat format {chat_format.name!r} is already registered ({known.description})")
     _FORMATS[chat_format.name] = chat_format
     return chat_format
 

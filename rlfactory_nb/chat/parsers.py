@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError, RegistryKeyError
 from rlfactory_nb.types import MalformedCall, ToolCall, ToolSpec
 
 _RAW_SHOWN_TO_MODEL = 300
@@ -56,7 +57,7 @@ def register_parser(name: str) -> Callable[[type[P]], type[P]]:
 
     def add(cls: type[P]) -> type[P]:
         if name in _PARSERS and _PARSERS[name] is not cls:
-            raise ValueError(f"parser name {name!r} is already registered by {_PARSERS[name].__name__}")
+            raise ConfigError(f"parser name {name!r} is already registered by {_PARSERS[name].__name__}")
         _PARSERS[name] = cls
         return cls
 
@@ -70,13 +71,13 @@ def parser_names() -> list[str]:
 def get_parser(name: str, **options: object) -> ToolCallParser:
     """A new parser by registry name; `options` are the parser's fields (e.g. `max_calls=4`)."""
     if name not in _PARSERS:
-        raise KeyError(f"unknown tool-call parser {name!r}; known parsers: {', '.join(parser_names())}")
+        raise RegistryKeyError(f"unknown tool-call parser {name!r}; known parsers: {', '.join(parser_names())}")
     cls = _PARSERS[name]
     if dataclasses.is_dataclass(cls):
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"parser {name!r} has no option {', '.join(map(repr, unknown))}; "
                 f"its options are: {', '.join(sorted(known))}"
             )
@@ -86,7 +87,7 @@ def get_parser(name: str, **options: object) -> ToolCallParser:
 def check_max_calls(max_calls: object) -> None:
     """A parser's `max_calls` option: an integer >= 1 (a bool is not one)."""
     if not isinstance(max_calls, int) or isinstance(max_calls, bool) or max_calls < 1:
-        raise ValueError(f"max_calls must be an integer >= 1, got {max_calls!r}")
+        raise ConfigError(f"max_calls must be an integer >= 1, got {max_calls!r}")
 
 
 def cap_calls(

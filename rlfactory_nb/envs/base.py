@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError
 from rlfactory_nb.tools.python import PythonTool
 from rlfactory_nb.types import Message, ToolCall, ToolResult, ToolSpec, Turn
 
@@ -210,25 +211,25 @@ def env_factory(spec: Any) -> EnvFactory:
     if isinstance(spec, str):
         spec = _load(spec)
     if isinstance(spec, Environment):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"env= takes a class or a zero-argument factory, not an instance ({type(spec).__name__}): "
             "each trajectory gets its own instance, e.g. env=Shop rather than env=Shop()"
         )
     if not callable(spec):
-        raise TypeError(f"env= must be an Environment class, a factory or 'module:Class', got {spec!r}")
+        raise ArgumentTypeError(f"env= must be an Environment class, a factory or 'module:Class', got {spec!r}")
     return spec
 
 
 def _load(target: str) -> Any:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"rollout.env {target!r}: expected 'module:Class', e.g. 'examples.shop.env:Shop'")
+        raise ConfigError(f"rollout.env {target!r}: expected 'module:Class', e.g. 'examples.shop.env:Shop'")
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"rollout.env {target!r}: cannot import {module_name!r}: {error}") from error
+        raise ConfigError(f"rollout.env {target!r}: cannot import {module_name!r}: {error}") from error
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise ValueError(f"rollout.env {target!r}: module {module_name!r} has no attribute {attribute!r}")
+            raise ConfigError(f"rollout.env {target!r}: module {module_name!r} has no attribute {attribute!r}")
         value = getattr(value, part)
     return value

@@ -27,6 +27,7 @@ from typing import Any
 
 from rlfactory_nb.engines.chat_client import ChatClient, ChatSettings, chat_client
 from rlfactory_nb.envs.base import Environment, Response
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.rollout.seeds import request_seed
 from rlfactory_nb.types import Message, Turn
 
@@ -71,12 +72,12 @@ class UserSimulator(Environment):
     ):
         sources = sum(x is not None for x in (engine, base_url, client, replies))
         if sources != 1:
-            raise ValueError(
+            raise ConfigError(
                 "UserSimulator needs exactly one of engine= (an engine or cluster.engine(...) handle), "
                 f"base_url= with model= (an endpoint), client= or replies= (a scripted user); got {sources}"
             )
         if max_turns < 1:
-            raise ValueError(f"UserSimulator max_turns must be at least 1, got {max_turns}")
+            raise ConfigError(f"UserSimulator max_turns must be at least 1, got {max_turns}")
         self.replies = list(replies) if replies is not None else None
         self._owns_client = client is None and self.replies is None
         if self._owns_client:

@@ -32,7 +32,7 @@ from typing import Any
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
-from rlfactory_nb.errors import ConfigError
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError, DatasetError
 from rlfactory_nb.programs.assembly import Episode, assemble
 from rlfactory_nb.programs.endpoint import MAX_BODY_BYTES, Endpoint
 from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
@@ -131,7 +131,7 @@ class AgentProgram:
         ProgramSettings fields, or max_calls / max_new_tokens / max_total_tokens (the limits)."""
         self.fn = _load(fn) if isinstance(fn, str) else fn
         if not callable(self.fn):
-            raise TypeError(f"AgentProgram needs a function fn(row, llm), got a {type(fn).__name__}")
+            raise ArgumentTypeError(f"AgentProgram needs a function fn(row, llm), got a {type(fn).__name__}")
         self.policy = policy
         self._engine = engine
         self.tools = tools
@@ -173,14 +173,14 @@ class AgentProgram:
     def tokenizer(self) -> Any:
         found = self._tokenizer or getattr(self.policy, "tokenizer", None) or getattr(self._engine, "tokenizer", None)
         if found is None:
-            raise ValueError("AgentProgram needs a tokenizer: pass policy=, tokenizer=, or an engine that carries one")
+            raise ConfigError("AgentProgram needs a tokenizer: pass policy=, tokenizer=, or an engine that carries one")
         return found
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
             if self.policy is None:
-                raise ValueError("AgentProgram has no engine: pass policy= or engine=, or run it in a run (train, evaluate)")
+                raise ConfigError("AgentProgram has no engine: pass policy= or engine=, or run it in a run (train, evaluate)")
             self._engine = self.policy.engine("hf")
         return self._engine
 
@@ -359,7 +359,7 @@ def _row(messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] 
     """A dataset row from what a caller of rf.Agent passes: messages and the row's other columns."""
     if isinstance(messages, dict):
         if "messages" not in messages:
-            raise ValueError("a program's row needs 'messages' (the prompt as chat messages)")
+            raise DatasetError("a program's row needs 'messages' (the prompt as chat messages)")
         return {**(metadata or {}), **messages}
     return {**(metadata or {}), "messages": list(messages)}
 
@@ -375,7 +375,7 @@ def _with_options(settings: ProgramSettings, options: dict[str, Any]) -> Program
     known = set(ProgramSettings.__dataclass_fields__)
     unknown = sorted(set(options) - known)
     if unknown:
-        raise TypeError(f"AgentProgram got unknown options {unknown}; known: {sorted(known | set(limits))}")
+        raise ArgumentTypeError(f"AgentProgram got unknown options {unknown}; known: {sorted(known | set(limits))}")
     settings = replace(settings, **options)
     return replace(settings, limits=replace(settings.limits, **limits)) if limits else settings
 

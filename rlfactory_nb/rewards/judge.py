@@ -38,7 +38,7 @@ from typing import Any, Self
 from rlfactory_nb.config import JudgeConfig
 from rlfactory_nb.engines.base import Engine
 from rlfactory_nb.engines.chat_client import ChatReply, ChatSettings, ChatUsage, chat_client, max_duration_s
-from rlfactory_nb.errors import ChatError, JudgeError, JudgeParseError
+from rlfactory_nb.errors import ChatError, JudgeError, JudgeParseError, SampleError
 from rlfactory_nb.rewards.judge_prompts import (
     DEFAULT_GROUP_PROMPT,
     DEFAULT_PROMPT,
@@ -143,10 +143,10 @@ class LLMJudge:
         """`{"score": s}` per sample, from one request that shows the judge every attempt at one prompt
         and asks how they compare. The samples must share their question."""
         if not samples:
-            raise ValueError("score_group needs at least one sample")
+            raise SampleError("score_group needs at least one sample")
         questions = {question_of(sample) for sample in samples}
         if len(questions) > 1:
-            raise ValueError(
+            raise SampleError(
                 f"score_group compares attempts at one prompt, but the {len(samples)} samples "
                 f"(ids {[sample.id for sample in samples][:8]}) ask {len(questions)} different questions"
             )
@@ -155,7 +155,7 @@ class LLMJudge:
         def parse(reply: str) -> list[float]:
             scores = list(self.group_parser(reply))
             if len(scores) != len(samples):
-                raise ValueError(f"expected {len(samples)} scores, one per attempt, got {len(scores)}")
+                raise JudgeParseError(f"expected {len(samples)} scores, one per attempt, got {len(scores)}")
             return scores
 
         return [{"score": float(score)} for score in await self._ask(prompt, parse)]

@@ -17,6 +17,7 @@ import string
 from collections.abc import Sequence
 from typing import Any
 
+from rlfactory_nb.errors import ConfigError, JudgeParseError
 from rlfactory_nb.rewards.functions import gold_answers
 from rlfactory_nb.types import Sample
 
@@ -69,7 +70,7 @@ def check_template(template: str, allowed: tuple[str, ...], what: str) -> str:
     """
     for _, field, _, _ in string.Formatter().parse(template):
         if field is not None and field not in allowed:
-            raise ValueError(
+            raise ConfigError(
                 f"{what} uses the field {{{field}}}; the fields are {', '.join(allowed)} "
                 "(write a literal brace as {{ or }})"
             )
@@ -86,7 +87,7 @@ def parse_score(reply: str) -> float:
     """
     found = _last_tagged(_without_think(reply), "score")
     if found is None:
-        raise ValueError("no <score>N</score> tag")
+        raise JudgeParseError("no <score>N</score> tag")
     return _out_of_ten(_without_out_of_ten(found))
 
 
@@ -103,11 +104,11 @@ def parse_group_scores(reply: str) -> list[float]:
     tagged = _last_tagged(text, "scores")
     found = _last_flat_list(text if tagged is None else tagged)
     if found is None:
-        raise ValueError("no <scores>[...]</scores> tag and no JSON list of scores")
+        raise JudgeParseError("no <scores>[...]</scores> tag and no JSON list of scores")
     try:
         values = json.loads(found)
     except ValueError as exc:  # also a number past int's digit limit
-        raise ValueError(f"the score list {found!r:.80} is not valid JSON ({exc})") from exc
+        raise JudgeParseError(f"the score list {found!r:.80} is not valid JSON ({exc})") from exc
     return [_out_of_ten(value) for value in values]
 
 
@@ -178,7 +179,7 @@ def _out_of_ten(value: object) -> float:
     """A score from a tag (a str) or from a JSON list (a number), divided by 10."""
     number = _as_float(value)
     if number is None or not 0.0 <= number <= 10.0:  # the comparison also rejects nan
-        raise ValueError(f"score {value!r:.40} is not a number from 0 to 10")
+        raise JudgeParseError(f"score {value!r:.40} is not a number from 0 to 10")
     return number / 10.0
 
 

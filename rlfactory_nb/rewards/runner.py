@@ -38,7 +38,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb.config import RewardConfig
-from rlfactory_nb.errors import EngineActorDied, RewardError
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError, EngineActorDied, RewardError
 from rlfactory_nb.rewards.loading import load_reward
 from rlfactory_nb.rewards.threads import in_daemon_thread
 from rlfactory_nb.rewards.values import (
@@ -113,14 +113,14 @@ class RewardRunner:
         if callable(functions):
             functions = {getattr(functions, "__name__", "reward"): functions}
         if not functions:
-            raise ValueError("RewardRunner needs at least one reward function")
+            raise ConfigError("RewardRunner needs at least one reward function")
         for name, function in functions.items():
             if not callable(function):
-                raise TypeError(f"reward function {name!r} is a {type(function).__name__}, not callable")
+                raise ArgumentTypeError(f"reward function {name!r} is a {type(function).__name__}, not callable")
         if on_error not in ("zero", "fail"):
-            raise ValueError(f'on_error must be "zero" or "fail", got {on_error!r}')
+            raise ConfigError(f'on_error must be "zero" or "fail", got {on_error!r}')
         if max_concurrency < 1 or timeout_s <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"need max_concurrency >= 1 and timeout_s > 0, got {max_concurrency}, {timeout_s}"
             )
         self.functions = dict(functions)
@@ -145,7 +145,7 @@ class RewardRunner:
         """A runner with the same settings and `function` added as `name`: first (the training
         reward) or last (logged beside it)."""
         if name in self.functions:
-            raise ValueError(f"the reward functions already include one named {name!r}")
+            raise ConfigError(f"the reward functions already include one named {name!r}")
         added = {name: function}
         functions = {**added, **self.functions} if first else {**self.functions, **added}
         return RewardRunner(functions, on_error=self.on_error, max_concurrency=self.max_concurrency, timeout_s=self.timeout_s)

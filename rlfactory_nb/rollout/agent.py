@@ -38,7 +38,7 @@ from typing import Any
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.envs.base import env_factory
-from rlfactory_nb.errors import DriftError
+from rlfactory_nb.errors import ConfigError, DriftError
 from rlfactory_nb.models.presets import THINKING
 from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
 from rlfactory_nb.rollout.seeds import SampleId
@@ -84,7 +84,7 @@ class Agent:
         # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
         self.tokenizer = tokenizer or (policy.tokenizer if policy is not None else getattr(engine, "tokenizer", None))
         if self.tokenizer is None:
-            raise ValueError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
+            raise ConfigError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
         self.tools = tools
         self.chat_format = resolve_chat_format(chat_format, self.tokenizer)
         enable_thinking = thinks_by_default(self.tokenizer) if enable_thinking is None else enable_thinking  # None: the template's
@@ -108,9 +108,9 @@ class Agent:
         self.env_factory = env_factory(env) if env is not None else None
         """one episode's environment maker; None: the ToolSet environment over `tools`"""
         if max_open_envs is not None and max_open_envs < 1:
-            raise ValueError(f"max_open_envs must be at least 1 (or None: no bound), got {max_open_envs}")
+            raise ConfigError(f"max_open_envs must be at least 1 (or None: no bound), got {max_open_envs}")
         if env_timeout_s is not None and env_timeout_s <= 0:
-            raise ValueError(f"env_timeout_s must be positive (or None: no bound), got {env_timeout_s}")
+            raise ConfigError(f"env_timeout_s must be positive (or None: no bound), got {env_timeout_s}")
         self.env_limits = EpisodeLimits(env_timeout_s, max_open_envs)
         self.episode_stats = EpisodeStats()
         """episodes opened and closed, environment errors by kind, environment and user time"""

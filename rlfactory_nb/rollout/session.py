@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlfactory_nb.envs.base import Reset, Response, ToolSetEnvironment
-from rlfactory_nb.errors import EpisodeError
+from rlfactory_nb.errors import DatasetError, EpisodeError
 from rlfactory_nb.rollout.episode import Episode, env_error_record
 from rlfactory_nb.rollout.seeds import SampleId, request_seed
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
@@ -46,7 +46,7 @@ def split_prompt(prompt: Prompt, metadata: Mapping[str, Any] | None) -> tuple[di
     """
     if isinstance(prompt, Mapping):
         if "messages" not in prompt:
-            raise ValueError(f"a dataset row given to rollout needs a 'messages' column; it has {sorted(prompt)}")
+            raise DatasetError(f"a dataset row given to rollout needs a 'messages' column; it has {sorted(prompt)}")
         row = {**dict(prompt), **dict(metadata or {})}
         messages = prompt["messages"]
     else:

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from rlfactory_nb.engines.base import Engine
 from rlfactory_nb.engines.chat_client import ChatSettings, chat_client
-from rlfactory_nb.errors import ServerUnavailable
+from rlfactory_nb.errors import ConfigError, ServerUnavailable
 from rlfactory_nb.tools.python import PythonTool, ToolReply
 from rlfactory_nb.types import Message, Sample, Trajectory
 
@@ -133,7 +133,7 @@ def agent_tool(agent: RolloutAgent, name: str, description: str, max_depth: int 
     `max_depth`: how many agent-tool calls may be nested, this one included, counting every agent
     tool (see the module docstring)."""
     if not isinstance(max_depth, int) or max_depth < 1:
-        raise ValueError(f"agent_tool {name!r}: max_depth must be a whole number >= 1, got {max_depth!r}")
+        raise ConfigError(f"agent_tool {name!r}: max_depth must be a whole number >= 1, got {max_depth!r}")
     stats = DelegationStats()
 
     async def delegate(task: str) -> ToolReply:

@@ -32,7 +32,7 @@ from typing import Any
 
 from rlfactory_nb.envs.adapters.openenv_server import OpenEnvServer, shared_server
 from rlfactory_nb.envs.base import EnvFactory, Environment, Reset, Response
-from rlfactory_nb.errors import EpisodeError
+from rlfactory_nb.errors import ConfigError, EpisodeError
 from rlfactory_nb.tools.python import result_text
 from rlfactory_nb.types import ToolCall, ToolResult, ToolSpec, ToolStatus, Turn
 
@@ -63,7 +63,7 @@ def openenv_env(
     `observation_text(observation)` renders an observation for the model (default: its fields as JSON,
     or its one text field). The row's `reset_args` column (a dict) is passed to the server's reset."""
     if (url is None) == (app is None):
-        raise ValueError("openenv_env: give exactly one of url= (a running server) or app= ('module:app')")
+        raise ConfigError("openenv_env: give exactly one of url= (a running server) or app= ('module:app')")
     return functools.partial(
         OpenEnvEnvironment, url, app=app, python=python, action=action, observation_text=observation_text,
         reset_args=reset_args, message_timeout_s=message_timeout_s,

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from rlfactory_nb.errors import ServerStartError
+from rlfactory_nb.errors import ConfigError, ServerStartError, ServerUnavailable
 
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -46,7 +46,7 @@ class OpenEnvServer:
         env: dict[str, str] | None = None, startup_timeout_s: float = 60.0,
     ):
         if ":" not in app:
-            raise ValueError(f"OpenEnvServer: app must be 'module:attribute', e.g. 'my_env.server:app', got {app!r}")
+            raise ConfigError(f"OpenEnvServer: app must be 'module:attribute', e.g. 'my_env.server:app', got {app!r}")
         self.app = app
         self.python = openenv_python(python)
         self.cwd = Path(cwd) if cwd is not None else _REPO_ROOT
@@ -59,7 +59,7 @@ class OpenEnvServer:
     @property
     def url(self) -> str:
         if self.process is None:
-            raise RuntimeError(f"OpenEnvServer {self.app}: not started; call start() first")
+            raise ServerUnavailable(f"OpenEnvServer {self.app}: not started; call start() first")
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Self:
@@ -137,7 +137,7 @@ _SHARED_LOCK = threading.Lock()
 def shared_server(app: str | None, python: str | None = None) -> OpenEnvServer:
     """One started server per (app, interpreter) in this process, stopped when the process exits."""
     if not app:
-        raise ValueError("openenv_env: app= names the server to start ('module:app')")
+        raise ConfigError("openenv_env: app= names the server to start ('module:app')")
     key = (app, openenv_python(python))
     with _SHARED_LOCK:
         server = _SHARED.get(key)

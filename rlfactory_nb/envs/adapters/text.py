@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from rlfactory_nb.envs.base import EnvFactory, Environment, Reset, Response
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.types import Turn
 
 RewardReduce = Literal["sum", "last"]
@@ -115,7 +116,7 @@ class SkyRLEnvironment(Environment):
         action: Callable[[Turn], str] | None = None,
     ):
         if reward_reduce not in ("sum", "last"):
-            raise ValueError(f"skyrl_env: reward_reduce must be 'sum' or 'last', got {reward_reduce!r}")
+            raise ConfigError(f"skyrl_env: reward_reduce must be 'sum' or 'last', got {reward_reduce!r}")
         self.env_id = env_id
         self.env_config = env_config
         self.reward_reduce = reward_reduce

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlfactory_nb.envs.base import EnvFactory, Environment, Reset
+from rlfactory_nb.errors import ArgumentTypeError
 from rlfactory_nb.tools.python import PythonTool, tool
 from rlfactory_nb.types import Message
 
@@ -47,7 +48,7 @@ def trl_env(
     `reward(inner)`, if given, scores the final state of the TRL object; otherwise the object's own
     zero-argument `reward()` method, if it has one, is used (and is then not a tool)."""
     if not callable(factory):
-        raise TypeError(f"trl_env: expected a class or zero-argument factory, got {factory!r}")
+        raise ArgumentTypeError(f"trl_env: expected a class or zero-argument factory, got {factory!r}")
     return functools.partial(TRLEnvironment, factory, reward)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.envs.base import Environment, Response, bound_tools
+from rlfactory_nb.errors import ArgumentTypeError
 from rlfactory_nb.recipes.shop.world import SEED, episode_database, orders_digest
 from rlfactory_nb.tools.python import tool
 from rlfactory_nb.types import Turn
@@ -68,7 +69,7 @@ class Shop(Environment):
 
     def __init__(self, user: UserFactory | None = None, seed: int = SEED):
         if isinstance(user, Environment):
-            raise TypeError("shop_env(user=...) takes a class or factory: each episode needs its own customer")
+            raise ArgumentTypeError("shop_env(user=...) takes a class or factory: each episode needs its own customer")
         self.customer: Environment = (user or ScriptedCustomer)()
         self.seed = seed
         self.folder: Path | None = None
