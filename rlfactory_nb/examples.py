@@ -15,6 +15,11 @@ An example also declares what the notebooks show with it (examples/<name>/notebo
 02's lab scores side by side, and the held-out set notebooks 03-04 evaluate on. So
 `example="nl2sql"` sends an NL2SQL question and a `sql` call, and `example="gsm8k"` scores with
 `rf.rewards.gsm8k`, not the calculator's.
+
+The notebooks build what the example's run builds: `open_tools` gives the tools to call by hand (for
+an environment example, shop or guess, those of one open episode, since each episode binds its own)
+and `agent` the run's agent (`Runtime.agent`: the loop over the tools or the episodes, or the agent
+program of agents_sdk).
 """
 
 from __future__ import annotations
