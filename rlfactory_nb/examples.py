@@ -15,11 +15,17 @@ An example also declares what the notebooks show with it (examples/<name>/notebo
 02's lab scores side by side, and the held-out set notebooks 03-04 evaluate on. So
 `example="nl2sql"` sends an NL2SQL question and a `sql` call, and `example="gsm8k"` scores with
 `rf.rewards.gsm8k`, not the calculator's.
+
+The notebooks build what the example's run builds: `open_tools` gives the tools to call by hand (for
+an environment example, shop or guess, those of one open episode, since each episode binds its own)
+and `agent` the run's agent (`Runtime.agent`: the loop over the tools or the episodes, or the agent
+program of agents_sdk).
 """
 
 from __future__ import annotations
 
 import html
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.config import RunConfig, config_paths
 from rlfactory_nb.config_schema import build, load_yaml
+from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.envs.base import bound_tools, env_factory
 from rlfactory_nb.errors import ConfigError, PathNotFoundError
 from rlfactory_nb.runtime import Runtime, build_tools
 from rlfactory_nb.tools.toolset import ToolSet
@@ -49,8 +57,10 @@ class NotebookDefaults:
     demo_prompt: str
     """notebook 01's first rollout: the user's message (after the system prompt the example's rows
     carry, if they carry one)"""
-    tool_call: dict[str, Any]
-    """notebook 01's call to try by hand: `{"name": tool, "arguments": {...}}`, a tool the example has"""
+    tool_call: dict[str, Any] | None
+    """notebook 01's call to try by hand: `{"name": tool, "arguments": {...}}`, a tool the example has
+    (for an environment example, a tool of one open episode); None: the example has no tool to call
+    (an environment that reads each answer, as guess)"""
     lab_rewards: dict[str, str]
     """notebook 02's rewards of the example, `name: module:function`; the first is the one its config
     trains with"""
@@ -101,6 +111,15 @@ class Example:
         system = [dict(message) for message in first[:1] if message.get("role") == "system"]
         return [*system, {"role": "user", "content": prompt or self.notebook.demo_prompt}]
 
+    def demo_input(self, prompt: str | None = None) -> list[dict[str, str]] | Row:
+        """What notebook 01 rolls out: `demo_messages(prompt)`; for an environment example the first
+        training row with those messages, since its episode reads the row's other fields (shop: the
+        customer's instructions, guess: the secret)."""
+        messages = self.demo_messages(prompt)
+        if self.config().rollout.env is None:
+            return messages
+        return {**self.dataset("train", 1)[0], "messages": messages}
+
     def lab_rewards(self) -> dict[str, Any]:
         """The example's rewards for notebook 02's lab, by name (loaded from their specs)."""
         from rlfactory_nb.rewards.loading import load_reward  # deferred: rewards load their recipes
@@ -130,6 +149,40 @@ class Example:
         """The example's tools, reward and Agent, built as training builds them (`Runtime.from_config`
         over `config(overrides)`); tools not started: `await runtime.start()`."""
         return Runtime.from_config(self.config(overrides), None, policy, engine=engine)
+
+    async def open_tools(self, cfg: RunConfig | None = None) -> ToolSet:
+        """The tools of `cfg` (default: the example's config) to call by hand, started: the run's
+        ToolSet (`build_tools`); for an environment example (`rollout.env`), whose tools are each
+        episode's, the `@rf.tool` methods of one episode reset with the first training row (seed 0),
+        as a ToolSet; an empty ToolSet when the episode has none (guess reads each answer)."""
+        cfg = cfg or self.config()
+        if cfg.rollout.env is None:
+            tools = build_tools(cfg)
+            if tools is None:
+                raise ConfigError(f"example {self.name!r} has neither tools (tools.config) nor an environment (rollout.env)")
+            return await tools.start()
+        episode = env_factory(cfg.rollout.env)()
+        reset = episode.reset(self.dataset("train", 1)[0], seed=0)
+        if inspect.isawaitable(reset):
+            await reset
+        return await ToolSet.from_functions(*bound_tools(episode).values()).start()
+
+    async def call_by_hand(self, tools: ToolSet, call: Mapping[str, Any] | None = None) -> Any:
+        """Notebook 01's call by hand: `call` (default: the example's `notebook.tool_call`) on `tools`
+        (`open_tools`), its ToolResult; a one-line note when the example has no tool to call."""
+        call = call or self.notebook.tool_call
+        if not call:
+            return f"the {self.name} example has no tool to call by hand: its environment reads each answer"
+        return await tools.call(call["name"], call.get("arguments"))
+
+    def agent(
+        self, cfg: RunConfig, policy: Policy | None, tools: ToolSet | None = None, *, engine: Engine | None = None
+    ) -> Any:
+        """The agent `cfg`'s run builds (`Runtime.agent`): the built-in loop over `tools`; for an
+        environment example the loop over its episodes (each binds its own tools, `tools` unused);
+        for a `rollout.program` the AgentProgram bound to `tools`."""
+        run_tools = tools if cfg.rollout.env is None else None
+        return Runtime(cfg, run_tools, RunObjects(), policy, engine).agent()
 
     def dataset(self, split: str = "train", n: int | None = None) -> list[Row]:
         """Rows of the config's `data.train` ("train") or `data.eval` ("eval"), at most `n`."""

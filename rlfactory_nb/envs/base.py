@@ -198,6 +198,11 @@ class EnvReward:
         return 0.0 if value is None else float(value)
 
 
+
+env_reward = EnvReward()
+"""the environment's own reward as a `module:function` spec names it (`rlfactory_nb.envs.base:env_reward`):
+what an environment example's notebook.yaml lists as its lab reward"""
+
 EnvFactory = Callable[[], Environment]
 """a class or zero-argument callable that makes one episode's Environment"""
 

@@ -188,6 +188,15 @@ class AgentProgram:
     def max_turns(self) -> int:
         return self.settings.limits.max_calls
 
+    @property
+    def chat_format(self) -> ChatFormat:
+        """The chat format the program's calls are rendered in (an Agent's attribute of that name)."""
+        return resolve_chat_format(self.settings.chat_format, self.tokenizer)
+
+    @property
+    def enable_thinking(self) -> bool:
+        return self.settings.enable_thinking
+
     def start(
         self, messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None,
         sample_id: SampleId | None = None, stepped: bool = True,
