@@ -53,7 +53,7 @@ from rlfactory_nb.tools.config import load_tools_config
 
 SHIP_LIMIT_MB = 100
 EXCLUDES = [
-    ".git", ".venv", "venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "*.safetensors", "*.bin", "*.pt",
+    ".git", ".venv", ".venv-openenv", "venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "*.safetensors", "*.bin", "*.pt",
     # ...except the presets rlfactory_nb ships built (5 MB): a job launched from a checkout of this
     # repository imports rlfactory_nb from its working_dir copy (first on PYTHONPATH), and would
     # otherwise find the preset without its weights

@@ -213,6 +213,9 @@ class AgentProgram:
         a program's episode holds no environment, so nothing stays open."""
         return await ProgramSession(self, _row(messages, metadata), sample_id, stepped=False).run()
 
+    env_factory = None
+    """rf.Agent's environment factory: a program runs no Environment (its tools are `llm.tools`)"""
+
     def env_of(self, traj: Trajectory) -> None:
         """rf.Agent's hook for rewards that read an episode's environment: a program has none."""
 
