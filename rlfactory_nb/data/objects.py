@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle  # the pickler Ray uses (it vendors a copy), without importing Ray here
 
@@ -65,7 +65,9 @@ from rlfactory_nb.envs.base import env_factory
 from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError, UntrustedRunObjects
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
-from rlfactory_nb.tools.extra import ExtraTools, extra_tools
+
+if TYPE_CHECKING:
+    from rlfactory_nb.tools.extra import ExtraTools
 
 CODE_DIR = "code"
 PICKLE_FILE = "objects.pkl"
@@ -109,7 +111,7 @@ class RunObjects:
             reward = dict(reward) if isinstance(reward, Mapping) else reward
         return cls(
             reward=reward,
-            tools=extra_tools(tools),
+            tools=_extra_tools(tools),
             train_data=None if train_data is None else load_rows(train_data, what="train_data"),
             eval_data=None if eval_data is None else load_rows(eval_data, what="eval_data"),
             env=None if env is None else env_factory(env),
@@ -342,6 +344,14 @@ def key_file() -> Path:
         return Path(explicit)
     config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return config_home / "rlfactory_nb" / "run_objects.key"
+
+
+def _extra_tools(tools: ExtraTools | None) -> ToolsFile | None:
+    """`tools.extra.extra_tools`, imported when tools are given: a reader of run folders
+    (train/run_folder.py takes `CODE_DIR` from here) never imports the ToolSet and the MCP client."""
+    from rlfactory_nb.tools.extra import extra_tools
+
+    return extra_tools(tools)
 
 
 def _key() -> bytes:
