@@ -38,7 +38,7 @@ from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.lab import RewardLab
-from rlfactory_nb.rewards.loading import load_reward
+from rlfactory_nb.rewards.loading import is_run_record, load_reward
 from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools.cache import SharedCache
@@ -90,7 +90,7 @@ def build_tools(
     return None if spec is None else ToolSet.from_config(spec, shared_cache=shared_cache)
 
 
-def check_names(cfg: RunConfig, objects: RunObjects | None = None) -> None:
+def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool = False) -> None:
     """Resolve everything `cfg` names before any work (no model loaded, no Ray): the registry names
     (loss, parser, chat format, engine kinds), each with its closest known name, then every
     `module:name` key (`config_schema.ImportSpec`: the reward function, ...), the tools file and its
@@ -106,7 +106,7 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None) -> None:
                 problems.append(f"{key}: {error}")
     if problems:
         raise ConfigError(problems, "the names it gives")
-    if objects.reward is None:
+    if objects.reward is None and not (resume and is_run_record(cfg.reward.function)):
         load_reward(cfg.reward.function, cfg.reward.args)  # a RewardLoadError names the spec and the fix
     if cfg.tools.config is not None:
         for function in load_tools_config(cfg.tools.config).functions:

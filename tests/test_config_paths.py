@@ -13,6 +13,7 @@ NOT_PATHS = {
     "tools.timeout_s", "tools.max_concurrency", "tools.max_result_chars", "tools.cache",
     "rollout.chat_format", "rollout.parser", "rollout.max_turns", "rollout.max_new_tokens", "rollout.max_total_tokens",
     "rollout.temperature", "rollout.top_p", "rollout.max_in_flight", "rollout.drift_check", "rollout.enable_thinking",
+    "rollout.env", "rollout.env_timeout_s", "rollout.max_open_envs", "rollout.env_reward", "rollout.env_error_reward",
     "reward.args", "reward.on_error", "reward.max_concurrency", "reward.timeout_s",
     "reward.judge.engine", "reward.judge.num_gpus", "reward.judge.num_cpus", "reward.judge.engine_args",
     "reward.judge.use", "reward.judge.max_tokens", "reward.judge.max_concurrency", "reward.judge.timeout_s",

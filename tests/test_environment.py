@@ -43,7 +43,7 @@ def test_every_pip_line_of_environment_yml_parses(tmp_path, monkeypatch):
     requirements = parse_as_pip_would(lines, tmp_path)
     assert len(requirements) == len(lines)
     editable = [requirement for requirement in requirements if requirement.editable]
-    assert [(Path(r.link.file_path), r.extras) for r in editable] == [(REPO_ROOT, {"dev"})]
+    assert [(Path(r.link.file_path), r.extras) for r in editable] == [(REPO_ROOT, {"dev", "programs", "envs"})]
 
 
 def test_a_per_line_install_option_is_rejected(tmp_path):

@@ -17,6 +17,7 @@ BUILT_IN = {name for name, value in vars(builtins).items() if isinstance(value, 
 ALLOWED = {
     ("__init__.py", "AttributeError"): "module __getattr__: Python's protocol for a missing attribute",
     ("cluster/__init__.py", "AttributeError"): "module __getattr__: Python's protocol for a missing attribute",
+    ("tools/__init__.py", "AttributeError"): "module __getattr__: Python's protocol for a missing attribute",
     ("cluster/ray_cluster.py", "AssertionError"): "a branch that cannot run",
     ("widgets/_base.py", "NotImplementedError"): "an abstract method of the view base class",
     ("algo/advantages.py", "ValueError"): "tensor shapes of a pure function: the trainer's own calls, a bug if wrong",

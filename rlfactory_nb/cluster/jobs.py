@@ -90,7 +90,7 @@ def launch(
     """
     objects = RunObjects.of(reward, tools, train_data, eval_data, env=env, agent=agent)  # agent: an rf.AgentProgram
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
-    check_named(cfg, objects)  # before Ray is imported: a typo fails in a second
+    check_named(cfg, objects, resume)  # before Ray is imported: a typo fails in a second
     import ray
 
     cfg = absolute_paths(cfg)

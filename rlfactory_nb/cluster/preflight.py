@@ -18,9 +18,9 @@ from rlfactory_nb.models.files import model_folder
 from rlfactory_nb.runtime import check_names
 
 
-def check_named(cfg: RunConfig, objects: RunObjects) -> None:
+def check_named(cfg: RunConfig, objects: RunObjects, resume: bool = False) -> None:
     """Resolve what the config names (`rlfactory_nb.runtime.check_names`) unless `objects` replace it."""
-    check_names(cfg, objects)
+    check_names(cfg, objects, resume)
 
 
 def absolute_paths(cfg: RunConfig) -> RunConfig:

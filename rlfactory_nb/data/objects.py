@@ -349,7 +349,7 @@ def key_file() -> Path:
 def _extra_tools(tools: ExtraTools | None) -> ToolsFile | None:
     """`tools.extra.extra_tools`, imported when tools are given: a reader of run folders
     (train/run_folder.py takes `CODE_DIR` from here) never imports the ToolSet and the MCP client."""
-    from rlfactory_nb.tools.extra import extra_tools
+    from rlfactory_nb.tools.extra import extra_tools  # keeps the MCP client out of run-folder readers
 
     return extra_tools(tools)
 

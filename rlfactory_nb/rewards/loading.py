@@ -17,6 +17,12 @@ from rlfactory_nb.errors import RewardLoadError
 from rlfactory_nb.rewards.values import RewardFunction
 
 
+def is_run_record(spec: object) -> bool:
+    """Whether `spec` is a run's record of a reward from the kernel (`objects.pkl:name`, data/objects.py):
+    its run folder keeps the function, so only a resume of that run can load it."""
+    return isinstance(spec, str) and spec.rsplit(":", 1)[0] == "objects.pkl"
+
+
 def load_reward(spec: str | RewardFunction, args: Mapping[str, Any] | None = None) -> RewardFunction:
     """The function named by `spec` ("package.module:function" or "path/to/file.py:function");
     a callable is returned as it is. With `args` (a config's `reward.args`) what `spec` names is a
@@ -34,7 +40,7 @@ def load_reward(spec: str | RewardFunction, args: Mapping[str, Any] | None = Non
             f"reward spec {spec!r} must look like 'package.module:function' or 'path/to/file.py:function'"
         )
     where, name = spec.rsplit(":", 1)  # rsplit: a Windows path has a colon of its own
-    if where == "objects.pkl":  # a run's record of a reward from the kernel (data/objects.py)
+    if is_run_record(spec):
         raise RewardLoadError(
             f"reward spec {spec!r} is a run's record: {name!r} came from the kernel, and its run folder keeps it "
             "(code/reward.py to read, code/objects.pkl to load). Resume that run (resume=True), pass the function "

@@ -445,7 +445,7 @@ async def train(
     """
     runner = reward if isinstance(reward, RewardRunner) else None
     objects = RunObjects.of(None if runner else reward, tools, train_data, eval_data, env=env, agent=agent)
-    check_names(cfg, objects)  # a name that resolves to nothing fails before the model loads
+    check_names(cfg, objects, resume)  # a name that resolves to nothing fails before the model loads
     if replace and not resume:
         RunFolder(cfg.run_dir).store.remove("")
     upload = upload_for(cfg, resume)  # a run on storage: trained in a local folder, copied up

@@ -34,7 +34,7 @@ class Recording(ScriptedEngine):
     """Keeps the prompt ids it was sent and when; `fail` raises instead of replying."""
 
     def __init__(self, tokenizer, replies, delay_s=0.0, fail: BaseException | None = None):
-        super().__init__(tokenizer, replies, delay_s)
+        super().__init__(tokenizer, replies, delay_s=delay_s)
         self.ids, self.times, self.fail = [], [], fail
 
     async def generate(self, prompt_ids, sampling):

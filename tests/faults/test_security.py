@@ -147,6 +147,8 @@ EVALUATORS = {"eval", "exec", "compile", "__import__"}
 DYNAMIC_IMPORTS = {
     ("__init__.py", "import_module"),  # lazy attributes of rlfactory_nb itself
     ("cluster/__init__.py", "import_module"),  # lazy attributes of rlfactory_nb.cluster, from its constant table
+    ("tools/__init__.py", "import_module"),  # lazy attributes of rlfactory_nb.tools, from its constant table
+    ("envs/base.py", "import_module"),  # rollout.env given as module:Class in the run config
     ("rewards/loading.py", "import_module"),  # reward.function from the run config
     ("rewards/loading.py", "exec_module"),  # reward.function given as a file path in the run config
     ("tools/python.py", "import_module"),  # functions: entries of the tools config
@@ -171,6 +173,8 @@ STARTS_PROCESSES = {
     ("tools/servers/python_sandbox.py", "asyncio.create_subprocess_exec"),
     ("cluster/shipping.py", "subprocess.run"),  # sys.executable -c <fixed code>: a fresh sys.path, no input
     ("rewards/isolated.py", "subprocess.Popen"),  # sys.executable -c <fixed code>: a killable checker worker
+    ("envs/adapters/openenv_server.py", "subprocess.Popen"),  # the OpenEnv server the user names
+    # (openenv_env(app="module:app")): its own venv's python -m uvicorn, bound to 127.0.0.1
     # (math_verify), CPU-time capped; its requests name functions from our code, its input is JSON
 }
 

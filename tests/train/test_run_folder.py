@@ -78,8 +78,9 @@ OWNERS = {
     "code": "data/objects.py",  # likewise: the objects' folder
 }
 """each run-folder name and the one module allowed to spell it (train/run_folder.py re-exports all)"""
-NOT_PATHS = {"hasattr", "getattr", "_ask"}
-"""calls whose string argument is an attribute or method name (`job.checkpoints`), not a path"""
+NOT_PATHS = {"hasattr", "getattr", "_ask", "get"}
+"""calls whose string argument is an attribute, method or field name (`job.checkpoints`, a JSON
+reply's `data.get("code")`), not a path"""
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
