@@ -192,7 +192,7 @@ class RunFolder:
             return {"state": "unknown", "error": f"{self.store.uri(JOB_FILE)}: {error}"}
         if not isinstance(status, dict):
             return {"state": "unknown", "error": f"{self.store.uri(JOB_FILE)}: not a JSON object"}
-        return status
+        return {"state": "unknown", **status}  # a job.json without a state (`{}`) reads as not yet known
 
     def write_status(self, **fields: Any) -> dict[str, Any]:
         """Merge `fields` into job.json atomically (readers never see half a file)."""

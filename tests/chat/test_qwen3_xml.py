@@ -3,6 +3,7 @@ parse back to the same calls, answer and reasoning; hostile text never raises an
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -160,10 +161,20 @@ HOSTILE = {
 
 
 def _parse_seconds(text: str) -> float:
-    started = time.perf_counter()
-    result = get_parser("qwen3_xml").parse(text)
-    assert len(result.calls) <= 8 and len(result.errors) <= 10
-    return time.perf_counter() - started
+    """The best of three parses, the collector paused: a collection of the suite's heap, or another
+    test's burst on the shared cores, inside one timing is noise, not the parser's cost."""
+    best = float("inf")
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            started = time.perf_counter()
+            result = get_parser("qwen3_xml").parse(text)
+            best = min(best, time.perf_counter() - started)
+            assert len(result.calls) <= 8 and len(result.errors) <= 10
+    finally:
+        gc.enable()
+    return best
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
