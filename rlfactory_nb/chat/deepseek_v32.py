@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from rlfactory_nb.chat import deepseek_render, dsml
 from rlfactory_nb.chat.deepseek_render import ASSISTANT, EOS, USER, Generation
@@ -63,6 +63,9 @@ V32 = Generation(
 class DeepSeekV32Parser:
     """Reads DSML sections (any generation's spelling); see chat/dsml.py."""
 
+    dialect: ClassVar[dsml.Dialect] = dsml.V32
+    """the generation's own spelling, tried first (deepseek_v4's parser is this one with V4's)"""
+
     max_calls: int = 8
     """calls run per turn, and broken calls answered one by one (as qwen3's parser)"""
     starts_in_reasoning: bool = False
@@ -72,7 +75,7 @@ class DeepSeekV32Parser:
         check_max_calls(self.max_calls)
 
     def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
-        result = dsml.parse(text, dsml.V32, THINK, self.starts_in_reasoning, self.max_calls)
+        result = dsml.parse(text, self.dialect, THINK, self.starts_in_reasoning, self.max_calls)
         return resolve(result, tools)
 
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from rlfactory_nb.chat import deepseek_render, dsml
 from rlfactory_nb.chat.deepseek_render import EOS, LATEST_REMINDER, SYSTEM, Generation
-from rlfactory_nb.chat.deepseek_v32 import assistant_message, encoder_vocabulary
+from rlfactory_nb.chat.deepseek_v32 import DeepSeekV32Parser, assistant_message, encoder_vocabulary
 from rlfactory_nb.chat.format import ChatFormat, register_chat_format
-from rlfactory_nb.chat.parsers import ParseResult, check_max_calls, register_parser
+from rlfactory_nb.chat.parsers import register_parser
 from rlfactory_nb.chat.qwen3 import THINK
-from rlfactory_nb.chat.schema import resolve
-from rlfactory_nb.types import Message, ToolSpec
+from rlfactory_nb.types import Message
 
 _TOOLS_INTRO = (
     "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools by "
@@ -52,20 +51,10 @@ V41 = Generation(
 
 @register_parser("deepseek_v4")
 @dataclass(frozen=True)
-class DeepSeekV4Parser:
+class DeepSeekV4Parser(DeepSeekV32Parser):
     """Reads DSML sections in V4's and V4.1's spellings (and V3.2's); see chat/dsml.py."""
 
-    max_calls: int = 8
-    """calls run per turn, and broken calls answered one by one (as qwen3's parser)"""
-    starts_in_reasoning: bool = False
-    """thinking mode pre-filled `<think>`: the text starts inside reasoning"""
-
-    def __post_init__(self) -> None:
-        check_max_calls(self.max_calls)
-
-    def parse(self, text: str, tools: Sequence[ToolSpec] | None = None) -> ParseResult:
-        result = dsml.parse(text, dsml.V4, THINK, self.starts_in_reasoning, self.max_calls)
-        return resolve(result, tools)
+    dialect: ClassVar[dsml.Dialect] = dsml.V4
 
 
 def generation_of(tokenizer: Any) -> Generation:
