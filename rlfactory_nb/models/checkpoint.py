@@ -47,6 +47,7 @@ import torch
 from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
 from rlfactory_nb.errors import CheckpointError
+from rlfactory_nb.models.reasoning_mode import record_mode, trained_mode
 from rlfactory_nb.storage import read_regular, write_atomic
 
 CHECKPOINTS = "checkpoints"
@@ -219,6 +220,8 @@ def _write_folder(
     torch.save(state, folder / TRAINER_STATE)
     if config is not None:
         config.to_yaml(folder / RUN_CONFIG)
+        given = config.rollout.enable_thinking
+        record_mode(folder, trained_mode(config.model.name) if given is None else given)
     write_digests(folder)
     for file in folder.rglob("*"):
         if file.is_file():

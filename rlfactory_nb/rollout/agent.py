@@ -39,7 +39,7 @@ from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, re
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.envs.base import env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
-from rlfactory_nb.models.presets import THINKING
+from rlfactory_nb.models.reasoning_mode import trained_mode
 from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
@@ -52,9 +52,10 @@ log = logging.getLogger(__name__)
 
 
 def thinking_mode(cfg: Any) -> bool | None:
-    """`rollout.enable_thinking`, or unset, the preset's mode (None: the template's default)."""
+    """`rollout.enable_thinking`, or unset, the mode the model was trained in (a preset's, or the one
+    its folder records; None: the template's default)."""
     given = cfg.rollout.enable_thinking
-    return THINKING.get(cfg.model.name) if given is None else given
+    return trained_mode(cfg.model.name) if given is None else given
 class Agent:
     """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`,
     or with one `env` instance per trajectory (`env=Shop`, a factory, or "module:Class").

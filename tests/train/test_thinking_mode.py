@@ -69,3 +69,24 @@ def test_unset_is_the_models_own_default_and_reaches_the_agent(model_dir):
              [("preset", preset), ("chosen", chosen), ("folder", folder)]}
     assert {name: agent.enable_thinking for name, agent in built.items()} == {"preset": False, "chosen": True, "folder": True}
     assert not built["folder"].starts_in_reasoning  # Qwen3 opens <think> itself; Qwen3.5 pre-fills it
+
+
+def test_a_model_folder_keeps_the_mode_it_was_trained_in(model_dir, tmp_path):
+    """A checkpoint (or a warm-start's output) records its run's mode: a run naming that folder with
+    `enable_thinking` unset prompts it as it was trained, not by the template's default."""
+    from rlfactory_nb.models.checkpoint import save_checkpoint
+    from rlfactory_nb.models.reasoning_mode import trained_mode
+
+    tokenizer = build_tokenizer()
+    model = random_qwen3()
+    preset_run = RunConfig.from_dict({"name": "t"})  # the tiny preset: non-thinking
+    folder = save_checkpoint(tmp_path / "run", 1, model, tokenizer, {}, preset_run).path
+    assert trained_mode(str(folder)) is False and trained_mode(str(model_dir)) is None
+    follow_up = RunConfig.from_dict({"name": "t", "model": {"name": str(folder)}})
+    assert thinking_mode(follow_up) is False
+    assert Agent.from_config(follow_up, None, engine=ScriptedEngine(tokenizer, ["hi"])).enable_thinking is False
+    thinking_run = RunConfig.from_dict({"name": "t", "model": {"name": str(folder)}, "rollout": {"enable_thinking": True}})
+    again = save_checkpoint(tmp_path / "run2", 1, model, tokenizer, {}, thinking_run).path
+    assert trained_mode(str(again)) is True  # the run's own setting wins over the model's record
+    (again / "reasoning_mode.json").write_text("not json")
+    assert trained_mode(str(again)) is None  # a damaged record is the template's default, not a crash
