@@ -49,6 +49,8 @@ ROUNDS = 2 if QUICK else 3
 """throughput rounds per variant (one warm-up more)"""
 CONCURRENT = 64
 QUESTION = [{"role": "user", "content": "What is 123+456?"}]
+WAYS = ("in_memory", "http")
+"""how the program's `llm.client()` reaches the endpoint: in memory (the default), or loopback HTTP"""
 
 
 @tool
@@ -117,30 +119,43 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 
 
 async def overhead(policy: Policy) -> dict[str, Any]:
+    """Episodes alternate between the two ways in (`llm.client()` in memory, the same client over
+    loopback HTTP) and the engine's own generate on the same prompt, so all three share one run."""
     engine = TimedEngine(policy.engine("hf"))
-    program = AgentProgram(two_calls, engine=engine, tokenizer=policy.tokenizer, sampling=SamplingParams(temperature=0))
+    programs = {
+        way: AgentProgram(two_calls, engine=engine, tokenizer=policy.tokenizer, sampling=SamplingParams(temperature=0),
+                          in_memory=way == "in_memory")
+        for way in WAYS
+    }
     direct_ids = prompt_ids(policy.tokenizer, QUESTION, SCHEMAS)
-    direct, through, over, served, spliced = [], [], [], [], []
-    for _ in range(EPISODES + 2):  # two warm-up episodes
-        timings: list[float] = []
-        engine.seconds.clear()
-        traj = await program.rollout({"messages": QUESTION, "timings": timings})
-        served += [ms / 1e3 for ms in traj.metadata["program"]["serve_ms"]]
-        spliced.append(traj.metadata["program"]["merged"])
+    direct: list[float] = []
+    through = {way: [] for way in WAYS}
+    over = {way: [] for way in WAYS}
+    served = {way: [] for way in WAYS}
+    spliced = 0
+    for episode in range(EPISODES + 2):  # two warm-up episodes
+        for way, program in programs.items():
+            timings: list[float] = []
+            engine.seconds.clear()
+            traj = await program.rollout({"messages": QUESTION, "timings": timings})
+            if episode >= 2:
+                served[way] += [ms / 1e3 for ms in traj.metadata["program"]["serve_ms"]]
+                spliced += bool(traj.metadata["program"]["merged"])
+                through[way] += engine.seconds
+                over[way] += [call - generate for call, generate in zip(timings, engine.seconds)]
         started = time.perf_counter()
         await engine.engine.generate(direct_ids, SamplingParams(temperature=0, max_new_tokens=48))
-        direct.append(time.perf_counter() - started)
-        through += engine.seconds
-        over += [call - generate for call, generate in zip(timings, engine.seconds)]
-    await program.close()
-    skip = 4  # the warm-up episodes' calls
+        if episode >= 2:
+            direct.append(time.perf_counter() - started)
+    for program in programs.values():
+        await program.close()
     return {
-        "calls": len(over) - skip,
-        "engine_generate": percentiles(direct[2:]),
-        "generate_inside_endpoint": percentiles(through[skip:]),
-        "endpoint_overhead": percentiles(over[skip:]),
-        "endpoint_server_side": percentiles(served[skip:]),
-        "spliced_calls": sum(1 for extends in spliced if extends),
+        "calls": len(over["in_memory"]),
+        "engine_generate": percentiles(direct),
+        **{f"generate_inside_endpoint_{way}": percentiles(through[way]) for way in WAYS},
+        **{f"endpoint_overhead_{way}": percentiles(over[way]) for way in WAYS},
+        "endpoint_server_side": percentiles(served["in_memory"] + served["http"]),
+        "spliced_calls": spliced,
     }
 
 
@@ -181,8 +196,9 @@ def main() -> None:
     table = markdown_table(
         ["per call (ms)", "p50", "p99"],
         [["the engine's own generate (at most 48 tokens, greedy)", *ms(cost["engine_generate"])],
-         ["generate inside an endpoint call", *ms(cost["generate_inside_endpoint"])],
-         ["endpoint overhead as the program sees it (call minus its generate)", *ms(cost["endpoint_overhead"])],
+         ["generate inside an endpoint call (in memory)", *ms(cost["generate_inside_endpoint_in_memory"])],
+         ["endpoint overhead as the program sees it, `llm.client()` in memory", *ms(cost["endpoint_overhead_in_memory"])],
+         ["endpoint overhead as the program sees it, the same client over loopback HTTP", *ms(cost["endpoint_overhead_http"])],
          ["of which the endpoint's own work (history, render, parse; no HTTP)", *ms(cost["endpoint_server_side"])]],
     )
     throughput_table = markdown_table(
@@ -191,13 +207,13 @@ def main() -> None:
         + [["AgentProgram / rf.Agent", f"{rate['ratio']:.2f}x"]],
     )
     bullets = [
-        (f"- Overhead over {cost['calls']} calls ({cost['spliced_calls']} of {EPISODES + 2} second calls continued "
-        "the first by a masked delta; the others followed a new user turn, which Qwen3's template renders whole, "
-        f"the costlier path): p50 {cost['endpoint_overhead']['p50_ms']:.2f} ms "
-        f"as the program sees it, against the goal of 5 ms; the endpoint's own part is p50 "
-        f"{cost['endpoint_server_side']['p50_ms']:.2f} ms. The rest is HTTP on the loopback, JSON both ways, and "
-        "the openai client's own request handling (its recursive TypedDict transform of `messages` is the largest "
-        "single cost in a profile: it runs in the program, whoever serves it)."),
+        (f"- Overhead over {cost['calls']} calls each way ({cost['spliced_calls']} of {2 * EPISODES} second calls "
+        "continued the first by a masked delta; the others followed a new user turn, which Qwen3's template renders "
+        f"whole, the costlier path): p50 {cost['endpoint_overhead_in_memory']['p50_ms']:.2f} ms with `llm.client()` "
+        f"(in memory), {cost['endpoint_overhead_http']['p50_ms']:.2f} ms over loopback HTTP (a framework given "
+        f"`llm.base_url`), against the goal of 5 ms; the endpoint's own part is p50 "
+        f"{cost['endpoint_server_side']['p50_ms']:.2f} ms. The rest is the openai client's own request handling "
+        "(it runs in the program, whoever serves it) and, over HTTP, the loopback connection and aiohttp."),
         (f"- Throughput: the same 64 calculator episodes ({rate['calls_per_episode_set']['rf.Agent']} model calls "
         f"with rf.Agent, {rate['calls_per_episode_set']['AgentProgram']} through the endpoint; same seeds, so the "
         f"same tokens), medians of {ROUNDS} alternating rounds: {rate['ratio']:.2f}x (goal >= 0.9x)."),

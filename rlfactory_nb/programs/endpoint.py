@@ -4,7 +4,8 @@ One endpoint serves every episode of a program in this process, on 127.0.0.1 and
 event loop the rollouts run on (so a call reaches the engine without a thread hop). Each episode is a
 session (sessions.py) reached at `/s/<session>/v1` with its own key; a key is checked against the
 session in the path, so no episode reads or extends another's calls. A request may also name its
-session by key alone, at `/v1`.
+session by key alone, at `/v1`. Requests come two ways into one `serve`: over HTTP (aiohttp, for a
+framework given `llm.base_url`) and in memory (local.py, for the client `llm.client()` gives).
 
 Errors are OpenAI's shape (`{"error": {"message", "param", "code"}}`), each naming the field or limit:
 malformed JSON, a body over `max_body_bytes`, an unknown model, `n > 1`, a closed session, a call past
@@ -18,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -51,9 +54,7 @@ class Endpoint:
         if self._runner is not None:
             return self
         app = web.Application(client_max_size=self.max_body_bytes)
-        for prefix in ("/s/{session}/v1", "/v1"):
-            app.router.add_post(prefix + "/chat/completions", self._completions)
-            app.router.add_get(prefix + "/models", self._models)
+        app.router.add_route("*", "/{path:.*}", self._handle)  # `serve` routes, for aiohttp and in memory alike
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -83,11 +84,40 @@ class Endpoint:
 
     # ------------------------------------------------------------------ handlers
 
-    def _session(self, request: web.Request) -> EpisodeSession:
-        header = request.headers.get("Authorization", "")
-        key = header[7:].strip() if header.lower().startswith("bearer ") else ""
+    async def serve(self, method: str, path: str, authorization: str, body: bytes) -> Reply:
+        """Answer one request, whichever way it came (aiohttp here, or `local.py` in memory)."""
+        route = _ROUTE.match(path)
+        if route is None:
+            return _error(RequestError(404, f"no route {path}: this endpoint serves /v1/chat/completions and /v1/models", None, "not_found"))
+        wanted = "GET" if route["route"] == "models" else "POST"
+        if method != wanted:
+            return _error(RequestError(405, f"{path} takes {wanted}, not {method}", None, "method_not_allowed"))
+        try:
+            session = self._session(authorization, route["session"])
+            if wanted == "GET":
+                name = session.serving.model_name
+                return _json_reply({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "rlfactory-nb"}]})
+            if len(body) > self.max_body_bytes:
+                raise RequestError(413, _too_large(len(body), self.max_body_bytes), None, "body_too_large")
+            chat = parse_request(_parse_json(body))
+            if chat.model and chat.model != session.serving.model_name:
+                raise RequestError(
+                    404, f"model {chat.model!r} is not served here; this endpoint serves "
+                    f"{session.serving.model_name!r} (llm.model)", "model", "model_not_found",
+                )
+            completion = await session.complete(chat)
+        except RequestError as error:
+            return _error(error)
+        except Exception as error:  # the program gets a named error; the episode goes on
+            log.exception("endpoint: a call of session %s failed", route["session"])
+            return _error(RequestError(500, f"the endpoint failed on this call: {type(error).__name__}: {error}", None, "server_error"))
+        if chat.stream:
+            return Reply(200, b"".join(sse_chunks(completion, chat.include_usage)), "text/event-stream")
+        return _json_reply(completion)
+
+    def _session(self, authorization: str, named: str | None) -> EpisodeSession:
+        key = authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
         by_key = self._by_key.get(key)
-        named = request.match_info.get("session")
         if named is None:
             if by_key is None:
                 raise RequestError(401, "no session has this API key: use the llm handle's api_key", None, "invalid_api_key")
@@ -102,46 +132,49 @@ class Endpoint:
             )
         return session
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        """aiohttp's way in: read the body (aiohttp enforces `max_body_bytes` as it reads), then serve."""
         try:
-            session = self._session(request)
+            body = await _read(request, self.max_body_bytes) if request.method == "POST" else b""
         except RequestError as error:
-            return _error(error)
-        name = session.serving.model_name
-        return web.json_response({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "rlfactory-nb"}]})
-
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        try:
-            session = self._session(request)
-            chat = parse_request(await _json(request, self.max_body_bytes))
-            if chat.model and chat.model != session.serving.model_name:
-                raise RequestError(
-                    404, f"model {chat.model!r} is not served here; this endpoint serves "
-                    f"{session.serving.model_name!r} (llm.model)", "model", "model_not_found",
-                )
-            body = await session.complete(chat)
-        except RequestError as error:
-            return _error(error)
-        except Exception as error:  # the program gets a named error; the episode goes on
-            log.exception("endpoint: a call of session %s failed", request.match_info.get("session"))
-            return _error(RequestError(500, f"the endpoint failed on this call: {type(error).__name__}: {error}", None, "server_error"))
-        if not chat.stream:
-            return web.Response(body=json.dumps(body, ensure_ascii=False), content_type="application/json")
+            reply = _error(error)
+        else:
+            reply = await self.serve(request.method, request.path, request.headers.get("Authorization", ""), body)
+        if reply.content_type != "text/event-stream":
+            return web.Response(body=reply.body, status=reply.status, content_type=reply.content_type)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        for event in sse_chunks(body, chat.include_usage):
-            await response.write(event)
+        await response.write(reply.body)
         await response.write_eof()
         return response
 
 
-async def _json(request: web.Request, limit: int) -> Any:
+@dataclass(frozen=True)
+class Reply:
+    """A response of the endpoint: status, body, and its content type (JSON, or SSE events)."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+_ROUTE = re.compile(r"^(?:/s/(?P<session>[^/]+))?/v1/(?P<route>chat/completions|models)$")
+
+
+def _json_reply(body: Any, status: int = 200) -> Reply:
+    return Reply(status, json.dumps(body, ensure_ascii=False).encode())
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise RequestError(413, _too_large(request.content_length, limit), None, "body_too_large")
     try:
-        raw = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise RequestError(413, _too_large(None, limit), None, "body_too_large") from None
+
+
+def _parse_json(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -153,5 +186,5 @@ def _too_large(size: int | None, limit: int) -> str:
     return f"{got} over the endpoint's request limit (max_body_bytes={limit:,})"
 
 
-def _error(error: RequestError) -> web.Response:
-    return web.json_response(error.body(), status=error.status)
+def _error(error: RequestError) -> Reply:
+    return _json_reply(error.body(), error.status)

@@ -33,6 +33,7 @@ from rlfactory_nb._async import run_sync
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError, DatasetError
+from rlfactory_nb.programs import local
 from rlfactory_nb.programs.assembly import Episode, assemble
 from rlfactory_nb.programs.endpoint import MAX_BODY_BYTES, Endpoint
 from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
@@ -61,44 +62,55 @@ class ProgramSettings:
     """the model name the endpoint serves (llm.model); another name is refused with 404"""
     max_body_bytes: int = MAX_BODY_BYTES
     max_connections: int = 16
-    """connections one episode's client may open at once (its concurrent calls)"""
+    """connections one episode's client may open at once (its concurrent calls), over HTTP"""
+    in_memory: bool = True
+    """`llm.client()` hands its requests to the endpoint in memory (local.py); False: over loopback
+    HTTP, as a framework given `llm.base_url` calls"""
 
 
 class LLM:
     """What a program gets for one episode: where to call, with which key, and the run's tools."""
 
-    def __init__(self, base_url: str, api_key: str, model: str, tools: Any, settings: ProgramSettings):
+    def __init__(
+        self, base_url: str, api_key: str, model: str, tools: Any, settings: ProgramSettings, endpoint: Endpoint | None = None,
+    ):
         self.base_url = base_url
         self.api_key = api_key
         self.model = model
         self.tools = tools
         """the run's ToolSet (or None): call tools through it so caching and limits stay the run's"""
         self._settings = settings
+        self._endpoint = endpoint
         self._clients: list[Any] = []
 
     def client(self, **options: Any) -> Any:
         """An `openai.AsyncOpenAI` for this episode (no retries: a refused call names its limit)."""
         import openai
 
-        return self._keep(openai.AsyncOpenAI(**self._client_options(openai.DefaultAsyncHttpxClient, options)))
+        return self._keep(openai.AsyncOpenAI(**self._client_options(openai.DefaultAsyncHttpxClient, options, local.LocalTransport)))
 
     def sync_client(self, **options: Any) -> Any:
         """An `openai.OpenAI` for a program written as a plain function (it runs in a thread)."""
         import openai
 
-        return self._keep(openai.OpenAI(**self._client_options(openai.DefaultHttpxClient, options)))
+        return self._keep(openai.OpenAI(**self._client_options(openai.DefaultHttpxClient, options, local.LocalSyncTransport)))
 
-    def _client_options(self, http_client: Any, options: dict[str, Any]) -> dict[str, Any]:
-        import httpx
+    def _client_options(self, http_client: Any, options: dict[str, Any], transport: type) -> dict[str, Any]:
+        http = local.http_package()
 
         # One pool per episode, sized for its own concurrent calls: a shared default pool (100
         # connections) would cap how many episodes run at once. The endpoint is plain HTTP on the
         # loopback: no TLS, and so no certificate store to load (56 ms a client, measured).
         size = self._settings.max_connections
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        limits = http.Limits(max_connections=size, max_keepalive_connections=size)
+        if self._settings.in_memory and self._endpoint is not None:
+            # no socket at all: the requests reach the endpoint in this process in memory (local.py)
+            client = http_client(transport=transport(self._endpoint, http))
+        else:
+            client = http_client(limits=limits, verify=False)
         return {
             "base_url": self.base_url, "api_key": self.api_key, "max_retries": 0,
-            "timeout": self._settings.timeout_s, "http_client": http_client(limits=limits, verify=False), **options,
+            "timeout": self._settings.timeout_s, "http_client": client, **options,
         }
 
     def _keep(self, client: Any) -> Any:
@@ -327,7 +339,7 @@ class ProgramSession:
         endpoint = await self.program.endpoint()
         self._episode = endpoint.open(EpisodeSession(self.program.serving(), self.sample_id, self.gate))
         llm = LLM(endpoint.base_url(self._episode), self._episode.key, self.program.settings.model_name,
-                  self.program.tools, self.program.settings)
+                  self.program.tools, self.program.settings, endpoint)
         self._task = asyncio.ensure_future(self._play(endpoint, llm))
 
     async def _play(self, endpoint: Endpoint, llm: LLM) -> tuple[Any, str | None]:

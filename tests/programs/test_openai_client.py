@@ -10,6 +10,7 @@ import pytest
 
 import rlfactory_nb as rf
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.programs import AgentProgram
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.types import Sample
 from tests.programs.conftest import CALCULATOR_SCHEMA, ReplayEngine, audit_masks, calculator, call_text
@@ -54,9 +55,11 @@ async def _streamed(client, model, messages):
     return openai.types.chat.ChatCompletionMessage(role="assistant", content=content or None, tool_calls=tool_calls or None)
 
 
+@pytest.mark.parametrize("in_memory", [True, False], ids=["in-memory", "http"])
 @pytest.mark.parametrize("stream", [False, True])
-async def test_one_episode_merges_into_one_exact_trajectory(replay, tiny_policy, stream):
-    program, engine = replay(REPLIES, lambda row, llm: tool_loop(row, llm, stream))
+async def test_one_episode_merges_into_one_exact_trajectory(replay, tiny_policy, stream, in_memory):
+    """The same episode whichever way `llm.client()` reaches the endpoint (in memory, or loopback HTTP)."""
+    program, engine = replay(REPLIES, lambda row, llm: tool_loop(row, llm, stream), in_memory=in_memory)
     program.fn = _async(program.fn)
     traj = await program.rollout({"messages": QUESTION, "ground_truth": "42"})
     counters = traj.metadata["program"]
@@ -160,12 +163,13 @@ async def test_stop_strings_and_tool_choice_none(replay, tiny_policy):
     assert seen["none"].choices[0].message.tool_calls is None and "<tool_call>" in seen["none"].choices[0].message.content
 
 
-async def test_a_plain_function_program_runs_in_a_thread(replay):
+@pytest.mark.parametrize("in_memory", [True, False], ids=["in-memory", "http"])
+async def test_a_plain_function_program_runs_in_a_thread(replay, in_memory):
     def plain(row, llm):
         reply = llm.sync_client().chat.completions.create(model=llm.model, messages=row["messages"])
         return reply.choices[0].message.content
 
-    program, _ = replay(["<answer>7</answer>"], plain)
+    program, _ = replay(["<answer>7</answer>"], plain, in_memory=in_memory)
     traj = await program.rollout({"messages": QUESTION})
     assert traj.metadata["final_answer"] == "<answer>7</answer>" and traj.metadata["program"]["calls"] == 1
 
@@ -178,6 +182,61 @@ async def test_the_endpoint_listens_on_the_loopback_only(replay):
     async with httpx.AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{endpoint.port}/v1/models")
     assert response.status_code == 401 and "api_key" in response.json()["error"]["message"]
+    await program.close()
+
+
+async def test_llm_client_reaches_the_endpoint_without_a_socket_and_hears_the_same_errors(replay, monkeypatch):
+    """In memory the client's requests never touch the listening socket (no connection is accepted),
+    and a refused request is the same HTTP error, raised by the openai client as over HTTP."""
+    seen = {}
+
+    async def program_fn(row, llm):
+        client = llm.client()
+        reply = await client.chat.completions.create(model=llm.model, messages=row["messages"])
+        try:
+            await client.chat.completions.create(model="gpt-4o", messages=row["messages"])
+        except openai.NotFoundError as error:
+            seen["in_memory"] = (error.status_code, error.body["message"])
+        over_http = openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+        try:
+            await over_http.chat.completions.create(model="gpt-4o", messages=row["messages"])
+        except openai.NotFoundError as error:
+            seen["http"] = (error.status_code, error.body["message"])
+        await over_http.close()
+        return reply.choices[0].message.content
+
+    from rlfactory_nb.programs.endpoint import Endpoint
+
+    over_aiohttp, handle = [], Endpoint._handle
+
+    async def counted(self, request):
+        over_aiohttp.append(request.path)
+        return await handle(self, request)
+
+    monkeypatch.setattr(Endpoint, "_handle", counted)  # before the endpoint starts and routes to it
+    program, _ = replay(["<answer>7</answer>"], program_fn)
+    traj = await program.rollout({"messages": QUESTION})
+    assert traj.metadata["final_answer"] == "<answer>7</answer>" and traj.metadata["program"]["calls"] == 1
+    assert seen["in_memory"] == seen["http"] and seen["in_memory"][0] == 404 and "llm.model" in seen["in_memory"][1]
+    assert len(over_aiohttp) == 1  # the one request over llm.base_url; llm.client()'s two came in memory
+    await program.close()
+
+
+async def test_the_in_memory_client_keeps_its_read_timeout(replay, tiny_policy):
+    """A socket would time a slow reply out; in memory the client's read timeout still holds."""
+    from rlfactory_nb.engines.testing import ScriptedEngine
+
+    async def patient(row, llm):
+        try:
+            await llm.client(timeout=0.2).chat.completions.create(model=llm.model, messages=row["messages"])
+        except openai.APITimeoutError:
+            return "timed out"
+        return "answered"
+
+    engine = ScriptedEngine(tiny_policy.tokenizer, ["late"], delay_s=2.0)
+    program = AgentProgram(patient, engine=engine, tokenizer=tiny_policy.tokenizer)
+    traj = await program.rollout({"messages": QUESTION})
+    assert traj.metadata["final_answer"] == "timed out"
     await program.close()
 
 
