@@ -26,14 +26,15 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory_nb.errors import RegistryKeyError
 from rlfactory_nb.models.node import ModelFilesError, forbid_preset_builds, node_name
-from rlfactory_nb.models.presets import calculator
+from rlfactory_nb.models.presets import calculator, guess
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
 from rlfactory_nb.models.presets.warmstart import WarmStartConfig, warm_start
 from rlfactory_nb.storage import package_cache
 
-PRESETS = ("tiny-calculator",)
-THINKING = {"tiny-calculator": False}
+PRESETS = ("tiny-calculator", "tiny-guess")
+"""tiny-guess is tiny-calculator warm-started on the guessing game (guess.py)"""
+THINKING = {"tiny-calculator": False, "tiny-guess": False}
 """each preset's reasoning mode: the one its warm start trained (`rollout.enable_thinking` unset)"""
 RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), not only in config
 
@@ -77,15 +78,24 @@ def recipe_hash(warm: WarmStartConfig = DEFAULT_WARM_START) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def preset_hash(name: str) -> str:
+    """The recipe hash preset `name` is built from: tiny-guess's covers the tiny-calculator weights it
+    starts from and its own game and warm-start."""
+    if name == "tiny-guess":
+        recipe = {"from": recipe_hash(), "guess": guess.recipe()}
+        return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return recipe_hash()
+
+
 def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
     """The folder of preset `name`: the shipped one when it matches the recipe, else the cached build
     (built first if missing). Treat the folder as read-only: copy it before writing into it."""
     _check_name(name)
     folder = shipped_folder(name)
-    problem = unusable_because(folder, recipe_hash())
+    problem = unusable_because(folder, preset_hash(name))
     if problem is None:
         return folder
-    cached = cache_dir() / f"{name}-{recipe_hash()}"
+    cached = cache_dir() / f"{name}-{preset_hash(name)}"
     if forbid_preset_builds() and not (cached / "config.json").exists():
         raise ModelFilesError(
             f"the {name} preset shipped in the package at {folder} on node {node_name()} {problem}, and the "
@@ -102,10 +112,12 @@ def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
 def cached_preset(name: str, log: Callable[[str], None] = print) -> Path:
     """The cache's build of preset `name` for the current recipe, building it first if missing."""
     _check_name(name)
-    path = cache_dir() / f"{name}-{recipe_hash()}"
-    if not (path / "config.json").exists():
-        build_tiny_calculator(path, log=log)
-    return path
+    path = cache_dir() / f"{name}-{preset_hash(name)}"
+    if (path / "config.json").exists():
+        return path
+    if name == "tiny-guess":
+        return guess.build_tiny_guess(path, preset_path("tiny-calculator", log=log), log=log)
+    return build_tiny_calculator(path, log=log)
 
 
 def _check_name(name: str) -> None:
@@ -117,8 +129,8 @@ def run_preset_command(args: argparse.Namespace) -> int:
     """`rlfactory-nb preset build NAME [--ship]`: build into the cache, then copy into the package."""
     path = cached_preset(args.name)
     if args.ship:
-        path = ship(path, args.name, recipe_hash(), RECIPE_VERSION)
-        print(f"shipped {args.name} (recipe {recipe_hash()}); commit {path}")
+        path = ship(path, args.name, preset_hash(args.name), RECIPE_VERSION)
+        print(f"shipped {args.name} (recipe {preset_hash(args.name)}); commit {path}")
     print(path)
     return 0
 
