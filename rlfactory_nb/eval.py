@@ -226,17 +226,21 @@ async def evaluate(
     run_dir: str | Path | None = None,
     trust_run_objects: bool = False,
     agent: Any = None,
+    env: Any = None,
 ) -> EvalReport:
     """Evaluate `model` (a Policy, a checkpoint folder, a preset name) on `dataset` (rows, a
     datasets.Dataset, a source such as "synthetic:calculator-heldout", or None: cfg.data.eval) with
     cfg's tools, rollout and reward. `reward` / `tools`: objects from the kernel, as `launch` takes
     them; `run_dir`: use the objects a run kept (runs/<name>/code/) where these are not given (only
-    when signed by this user, or with `trust_run_objects`: data/objects.py).
+    when signed by this user, or with `trust_run_objects`: data/objects.py). `env`: the Environment
+    class or factory each held-out rollout gets an instance of (or "module:Class"), as `train_sync`
+    and `launch` take it; it wins over the one the run kept and over `rollout.env`, and its reward
+    is scored as training scored it (`rollout.env_reward`). `agent`: an rf.AgentProgram.
     `model` may also be an engine that carries its tokenizer (`cluster.engine(...)`, `job.engine()`):
     the rollouts run on it, and it stays open."""
     cfg = cfg or RunConfig(name="eval")
     kept = (RunObjects.load(run_dir, trust_run_objects) if run_dir is not None else None) or RunObjects()
-    objects = RunObjects.of(reward, tools, agent=agent).filled_from(kept)  # agent: an rf.AgentProgram
+    objects = RunObjects.of(reward, tools, env=env, agent=agent).filled_from(kept)
     given = model if isinstance(model, Engine) else None
     policy = None if given is not None else model if isinstance(model, Policy) else Policy.load(
         model, device=cfg.model.device, dtype=cfg.model.dtype, log=lambda _: None,
