@@ -1,9 +1,9 @@
-"""The guessing game's rows: a range of eight numbers somewhere in 1-40 and a secret in it.
+"""The guessing game's rows: a range of seven one-digit numbers (1-7, 2-8 or 3-9) and a secret in it.
 
     python -m rlfactory_nb.recipes.guess.data      # writes examples/guess/data/{train,heldout}.jsonl
 
-Train and held-out rows come from different seeds (the same range and secret can occur in both: there
-are only 33 x 8 games; what is held out is the sample, the measurement is the policy's skill).
+Train and held-out rows come from different seeds (the same range and secret occur in both: there are
+only 3 x 7 games; what is held out is the sample, the measurement is the policy's skill).
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ import json
 import random
 from pathlib import Path
 
-WIDTH = 8
+WIDTH = 7
+LOWS = (1, 2, 3)
+"""one-digit numbers, each one token of the tiny tokenizer: the game is about the search, not reading digits"""
 DATA = Path(__file__).resolve().parents[3] / "examples" / "guess" / "data"
-SPLITS = {"train": (0, 512), "heldout": (1, 64)}
+SPLITS = {"train": (0, 512), "heldout": (1, 256)}
 """split -> (seed, rows)"""
 
 
@@ -22,7 +24,7 @@ def rows(seed: int, count: int) -> list[dict]:
     rng = random.Random(f"guess:{seed}")
     out = []
     for _ in range(count):
-        low = rng.randint(1, 40 - WIDTH + 1)
+        low = rng.choice(LOWS)
         high = low + WIDTH - 1
         prompt = f"I picked a number from {low} to {high}. Guess it: answer with one number."
         secret = rng.randint(low, high)

@@ -19,7 +19,7 @@ from typing import Any
 from rlfactory_nb.envs.base import Environment, Response
 from rlfactory_nb.types import Turn
 
-MAX_GUESSES = 4
+MAX_GUESSES = 3
 HINT_CREDIT = 0.2
 """an episode that never finds the number earns this times the share of its guesses that kept to
 the range and the hints: a denser signal than the find alone, below any find's reward (0.7 at least)"""
@@ -41,15 +41,15 @@ class Guess(Environment):
 
     def __init__(self, max_guesses: int = MAX_GUESSES):
         self.max_guesses = max_guesses
-        self.low, self.high, self.secret = 1, 8, 1
+        self.low, self.high, self.secret = 1, 7, 1
         self.guesses: list[int | None] = []
         self.kept_to_hints = 0
         """guesses inside the interval the range and the earlier hints still allowed"""
-        self.allowed = (1, 8)
+        self.allowed = (1, 7)
         self.solved = False
 
     def reset(self, row: dict[str, Any], *, seed: int) -> None:
-        self.low, self.high = int(row.get("low", 1)), int(row.get("high", 8))
+        self.low, self.high = int(row.get("low", 1)), int(row.get("high", 7))
         self.secret = int(row["secret"]) if "secret" in row else random.Random(seed).randint(self.low, self.high)
         self.guesses, self.solved, self.kept_to_hints, self.allowed = [], False, 0, (self.low, self.high)
 
