@@ -14,7 +14,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.recipes.guess.data import SPLITS, rows
+from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, rows
 from rlfactory_nb.recipes.guess.env import MAX_GUESSES, Guess
 from rlfactory_nb.models.presets.guess import teacher_game
 from rlfactory_nb.types import Turn
@@ -30,11 +30,11 @@ def test_the_shipped_rows_are_what_the_seeds_build():
     for split, (seed, count) in SPLITS.items():
         shipped = [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines()]
         assert shipped == rows(seed, count)
-        assert all(r["low"] <= r["secret"] <= r["high"] == r["low"] + 7 for r in shipped)
+        assert all(r["low"] <= r["secret"] <= r["high"] == r["low"] + WIDTH - 1 <= 9 for r in shipped)
 
 
 def test_the_game_answers_higher_lower_and_pays_for_few_guesses():
-    env = Guess()
+    env = Guess(max_guesses=4)
     env.reset({"low": 10, "high": 17, "secret": 13}, seed=0)
     assert env.respond(said("I say 11")).messages[0]["content"] == "Higher."
     assert env.respond(said("maybe 15?")).messages[0]["content"] == "Lower."
@@ -47,20 +47,21 @@ def test_the_game_answers_higher_lower_and_pays_for_few_guesses():
 
 def test_a_game_ends_when_the_guesses_run_out_and_the_seed_draws_the_secret():
     env = Guess()
-    env.reset({"low": 1, "high": 8, "secret": 8}, seed=0)
+    assert MAX_GUESSES == 3  # bisection over seven numbers needs three
+    env.reset({"low": 1, "high": 7, "secret": 7}, seed=0)
     responses = [env.respond(said("1")) for _ in range(MAX_GUESSES)]
     assert [r.done for r in responses] == [False] * (MAX_GUESSES - 1) + [True]
-    assert responses[-1].messages[0]["content"] == "Out of guesses: it was 8."
-    assert env.reward() == pytest.approx(0.05)  # a lost game: 0.2 x the one guess of four that kept to the hints
-    env.reset({"low": 1, "high": 8, "secret": 8}, seed=0)
-    for guess in ("4", "6", "7", "9"):
+    assert responses[-1].messages[0]["content"] == "Out of guesses: it was 7."
+    assert env.reward() == pytest.approx(0.067)  # a lost game: 0.2 x the one guess of three that kept to the hints
+    env.reset({"low": 1, "high": 7, "secret": 7}, seed=0)
+    for guess in ("4", "6", "9"):
         env.respond(said(guess))
-    assert env.reward() == pytest.approx(0.15)  # 9 is out of the range the hints left
+    assert env.reward() == pytest.approx(0.133)  # 9 is out of the range the hints left
     secrets = set()
     for seed in range(20):
-        env.reset({"low": 1, "high": 8}, seed=seed)
+        env.reset({"low": 1, "high": 7}, seed=seed)
         secrets.add(env.secret)
-    assert len(secrets) > 3 and secrets <= set(range(1, 9))
+    assert len(secrets) > 3 and secrets <= set(range(1, 8))
 
 
 def test_the_teacher_keeps_to_the_hints():
@@ -85,11 +86,11 @@ async def test_a_bisecting_player_through_the_loop_is_paid_and_hints_are_masked(
             low, high = (int(guess) + 1, high) if hint == "Higher" else (low, int(guess) - 1)
         return str((low + high) // 2)
 
-    agent = rf.Agent(None, tokenizer=tokenizer, engine=ScriptedEngine(tokenizer, bisect), env=Guess, max_turns=4)
+    agent = rf.Agent(None, tokenizer=tokenizer, engine=ScriptedEngine(tokenizer, bisect), env=Guess, max_turns=3)
     heldout = rows(*SPLITS["heldout"])[:16]
     trajectories = [await agent.rollout(row) for row in heldout]
     rewards = [t.metadata["env_reward"] for t in trajectories]
-    assert all(r >= 0.7 for r in rewards)  # bisection over 8 numbers needs at most 4 guesses
+    assert all(r >= 0.8 for r in rewards)  # bisection over 7 numbers needs at most 3 guesses
     assert any(r < 1.0 for r in rewards)
     trained = tokenizer.decode([i for t in trajectories for i, m in zip(t.response_ids, t.loss_mask, strict=True) if m])
     assert "Higher" not in trained and "Lower" not in trained

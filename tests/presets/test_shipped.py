@@ -14,18 +14,27 @@ NAME = "tiny-calculator"
 REBUILD = f"rlfactory-nb preset build {NAME} --ship"
 
 
-def test_shipped_preset_is_built_from_the_current_recipe():
-    manifest = Manifest.read(shipped_folder(NAME))
-    assert manifest is not None, f"no shipped {NAME} preset: run `{REBUILD}` and commit it"
-    assert manifest.recipe_hash == presets.recipe_hash(), (
-        f"the recipe changed (hash {presets.recipe_hash()}) but the shipped preset was built from "
-        f"{manifest.recipe_hash}: run `{REBUILD}` and commit rlfactory_nb/models/presets/built/"
+@pytest.mark.parametrize("name", presets.PRESETS)
+def test_shipped_preset_is_built_from_the_current_recipe(name):
+    rebuild = f"rlfactory-nb preset build {name} --ship"
+    manifest = Manifest.read(shipped_folder(name))
+    assert manifest is not None, f"no shipped {name} preset: run `{rebuild}` and commit it"
+    assert manifest.recipe_hash == presets.preset_hash(name), (
+        f"the recipe changed (hash {presets.preset_hash(name)}) but the shipped preset was built from "
+        f"{manifest.recipe_hash}: run `{rebuild}` and commit rlfactory_nb/models/presets/built/"
     )
     assert manifest.recipe_version == presets.RECIPE_VERSION
 
 
-def test_manifest_digests_match_the_shipped_files():
-    folder = shipped_folder(NAME)
+def test_the_guess_preset_depends_on_the_calculator_weights_it_starts_from(monkeypatch):
+    before = presets.preset_hash("tiny-guess")
+    monkeypatch.setattr(presets, "recipe_hash", lambda *args: "0123456789ab")
+    assert presets.preset_hash("tiny-guess") != before  # a new tiny-calculator means a new tiny-guess
+
+
+@pytest.mark.parametrize("name", presets.PRESETS)
+def test_manifest_digests_match_the_shipped_files(name):
+    folder = shipped_folder(name)
     assert file_digests(folder) == Manifest.read(folder).files
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(Manifest.read(folder).files)
 
