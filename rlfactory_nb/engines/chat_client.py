@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from rlfactory_nb.chat import quoting
+from rlfactory_nb.chat import quoting, render
 from rlfactory_nb.chat.detect import detect_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams, context_length
 from rlfactory_nb.engines.chat_http import Answer, ReplyRejected, post, retry_after_s, token_counts
@@ -186,7 +186,9 @@ class EngineChatClient:
     def __init__(self, engine: Engine, settings: ChatSettings, tokenizer: Any = None, model: str | None = None):
         self.engine = engine
         self.tokenizer = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
-        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+        self._own = render.own_renderer(self.tokenizer) if self.tokenizer is not None else None
+        """the family that renders this tokenizer's prompts itself (DeepSeek V3.2/V4, Kimi K3), if one does"""
+        if self.tokenizer is None or not (getattr(self.tokenizer, "chat_template", None) or self._own):
             raise ConfigError(
                 f"engine {engine!r} carries no tokenizer with a chat template: pass tokenizer= (the judged "
                 "model's own, e.g. AutoTokenizer.from_pretrained(...)), so prompts render as the model expects"
@@ -262,7 +264,10 @@ class EngineChatClient:
         judge's or model tool's prompt spelling `<|im_end|>` stay characters, not a turn marker."""
         quoter = quoting.Quoter(self.tokenizer, self.chat_format)
         quoted = quoter.messages(messages)
-        text = self.tokenizer.apply_chat_template(quoted, add_generation_prompt=True, tokenize=False)
+        if self._own is not None:
+            text = render.render_prompt(self._own, self.tokenizer, quoted, add_generation_prompt=True)
+        else:
+            text = self.tokenizer.apply_chat_template(quoted, add_generation_prompt=True, tokenize=False)
         return quoting.encode(self.tokenizer, text, quoter.found)
 
     def _failure(self, message: str) -> ChatError:
