@@ -30,6 +30,7 @@ ALLOWED = {
     ("widgets/dashboard.py", "ValueError"): "a button's message, shown in the widget's output area",
     ("tools/servers/", "*"): "tool servers run in their own process; a raise there is the tool's failure, sent as data",
     ("storage.py", "IsADirectoryError"): "a folder where a file is read, as open() says it; callers catch it by type as 'no file'",
+    ("local_files.py", "IsADirectoryError"): "a folder where a file is read, as open() says it; callers catch it by type as 'no file'",
     ("storage.py", "OSError"): "probe(): caught two lines below and raised as a StorageError naming the step",
     ("recipes/shop/env.py", "RuntimeError"): "a tool before reset(): the episode loop always resets first, a loop's bug if raised",
 }

@@ -47,8 +47,8 @@ import torch
 from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
 from rlfactory_nb.errors import CheckpointError
+from rlfactory_nb.local_files import read_regular, write_atomic
 from rlfactory_nb.models.reasoning_mode import record_mode, trained_mode
-from rlfactory_nb.storage import read_regular, write_atomic
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlfactory_nb.local_files import read_regular, write_atomic
 from rlfactory_nb.models.presets import THINKING
-from rlfactory_nb.storage import read_regular, write_atomic
 
 MODE_FILE = "reasoning_mode.json"
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.errors import MissingExtraError
-from rlfactory_nb.storage import open_append, read_regular, write_atomic
+from rlfactory_nb.local_files import open_append, read_regular, write_atomic
 from rlfactory_nb.train.run_folder import METRICS_FILE, TENSORBOARD, WANDB_ID_FILE, read_metrics
 from rlfactory_nb.types import Sample, Trajectory
 

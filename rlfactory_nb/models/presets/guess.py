@@ -29,7 +29,11 @@ from typing import Any
 
 import torch
 
-from rlfactory_nb.models.presets.warmstart import encode_conversation, prefix_shared_loss, shared_prefix_length
+from rlfactory_nb.models.presets.warmstart import (
+    encode_conversation,
+    prefix_shared_loss,
+    shared_prefix_length,
+)
 from rlfactory_nb.recipes.guess.data import LOWS, WIDTH, rows
 from rlfactory_nb.recipes.guess.env import MAX_GUESSES
 from rlfactory_nb.types import Message
