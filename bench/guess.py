@@ -37,7 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run(seed: int, steps: int | None, out: Path) -> dict:
-    overrides = {"name": f"seed{seed}", "output_dir": str(out.resolve()), "seed": seed}
+    overrides = {"name": f"seed{seed}", "output_dir": str(out.resolve()), "grpo.seed": seed}
     if steps is not None:
         overrides["grpo.steps"] = steps
     cfg = rf.example("guess").config(overrides)
