@@ -42,15 +42,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import hmac
 import inspect
 import json
-import os
-import secrets
-import sys
-import sysconfig
 import tempfile
-import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -60,9 +54,17 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle  # the pickler Ray uses (it vendors a copy), without importing Ray here
 
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.data.readable import keep_source, own_name, readable_source, source_listing, user_modules
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.data.signing import (
+    PICKLE_FILE,
+    SIGNATURE_FILE,
+    check_signature,
+    read_signature,
+    write_signature,
+)
 from rlfactory_nb.envs.base import env_factory
-from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError, UntrustedRunObjects
+from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
 
@@ -70,8 +72,6 @@ if TYPE_CHECKING:
     from rlfactory_nb.tools.extra import ExtraTools
 
 CODE_DIR = "code"
-PICKLE_FILE = "objects.pkl"
-SIGNATURE_FILE = "objects.sig.json"
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class RunObjects:
         if agent is not None and not callable(getattr(agent, "bind", None)):
             raise ArgumentTypeError(f"agent is a {type(agent).__name__}: pass an rf.AgentProgram (or leave it out)")
         if reward is not None:
-            named = reward.items() if isinstance(reward, Mapping) else [(_own_name(reward), reward)]
+            named = reward.items() if isinstance(reward, Mapping) else [(own_name(reward), reward)]
             for name, function in named:
                 if not callable(function):
                     raise ArgumentTypeError(f"reward {name!r} is a {type(function).__name__}: pass a function of an rf.Sample")
@@ -130,7 +130,7 @@ class RunObjects:
 
     def functions(self) -> list[tuple[str, Callable[..., Any]]]:
         """(label, function) of every reward and tool function, labels as errors name them."""
-        rewards = self.reward.items() if isinstance(self.reward, dict) else [(_own_name(self.reward), self.reward)] if self.reward else []
+        rewards = self.reward.items() if isinstance(self.reward, dict) else [(own_name(self.reward), self.reward)] if self.reward else []
         labelled = [(f"reward {name!r}", function) for name, function in rewards]
         for config in self.tools.functions if self.tools else ():
             function = getattr(config.target, "fn", config.target)
@@ -146,7 +146,7 @@ class RunObjects:
         """The rewards under the user's own names: the dict's keys, or a lone function's name."""
         if isinstance(self.reward, dict):
             return list(self.reward)
-        return [] if self.reward is None else [_own_name(self.reward)]
+        return [] if self.reward is None else [own_name(self.reward)]
 
     def provenance(self, code_dir: str = CODE_DIR) -> dict[str, Any]:
         """What came from the kernel, as a run records it: per kind, each object's name, module, the
@@ -166,7 +166,7 @@ class RunObjects:
                 record[kind] = entries
         for name, value in self._other_code():  # an environment, an agent program: whatever a field holds
             source = readable_source(value)
-            record[name] = {"name": _own_name(value, name), "module": getattr(value, "__module__", None) or "?",
+            record[name] = {"name": own_name(value, name), "module": getattr(value, "__module__", None) or "?",
                             "sha256": hashlib.sha256(source.encode()).hexdigest(), "source": f"{code_dir}/{name}.py"}
         for name in ("train_data", "eval_data"):
             rows = getattr(self, name)
@@ -211,8 +211,8 @@ class RunObjects:
         """The objects as bytes (cloudpickle, user modules by value); ObjectTransferError names what
         cannot travel."""
         for _, function in [*self.functions(), *self._other_code()]:  # the source travels with it: another kernel cannot find it
-            _keep_source(function)
-        with _by_value(_user_modules(function for _, function in self.functions())):
+            keep_source(function)
+        with _by_value(user_modules(function for _, function in self.functions())):
             parts = [*self.functions(), ("train_data", self.train_data), ("eval_data", self.eval_data)]
             for label, value in parts:
                 try:
@@ -240,14 +240,14 @@ class RunObjects:
         folder.mkdir(parents=True, exist_ok=True)
         data = data if data is not None else self.dumps()
         (folder / PICKLE_FILE).write_bytes(data)
-        _write_signature(folder, data, _named_by(config))
+        write_signature(folder, data, _named_by(config))
         rewards = [(label, fn) for label, fn in self.functions() if label.startswith("reward")]
         header = (
             f"What this run trained with, for reading: this file is never run. Resume, attach and rf.evaluate "
             f"load the pickled objects from {PICKLE_FILE}, in this folder (signed: {SIGNATURE_FILE})."
         )
         programs = [(label, fn) for label, fn in self.functions() if label.startswith("agent program")]
-        others = [(f"{name}.py", [(f"{name} {_own_name(value, name)!r}", value)]) for name, value in self._other_code()]
+        others = [(f"{name}.py", [(f"{name} {own_name(value, name)!r}", value)]) for name, value in self._other_code()]
         for name, labelled in (("reward.py", rewards), ("tools.py", self._tool_functions()), ("agent.py", programs), *others):
             if labelled:
                 (folder / name).write_text(source_listing(labelled, header), encoding="utf-8")
@@ -275,7 +275,7 @@ class RunObjects:
             return None
         data = path.read_bytes()
         if not trust_run_objects:
-            _check_signature(folder, data)
+            check_signature(folder, data)
         return data
 
     @classmethod
@@ -287,7 +287,7 @@ class RunObjects:
         saying which were used."""
         with local_run_code(run_dir) as local:
             kept = cls.load(local, trust_run_objects)
-            recorded = _read_signature(local / CODE_DIR).get("named_by_config") if kept is not None else None
+            recorded = read_signature(local / CODE_DIR).get("named_by_config") if kept is not None else None
         if kept is None:
             return cls()
         now = _named_by(config)
@@ -329,21 +329,8 @@ def trust_run_folder(run_dir: str | Path) -> Path:
     recorded config names are kept. Returns the signature file."""
     folder = Path(run_dir) / CODE_DIR
     data = (folder / PICKLE_FILE).read_bytes()
-    recorded = _read_signature(folder).get("named_by_config")
-    return _write_signature(folder, data, recorded)
-
-
-# ---------------------------------------------------------------------- signatures
-
-
-def key_file() -> Path:
-    """Where this user's signing key lives: `$RLFACTORY_NB_KEY_FILE`, else
-    `$XDG_CONFIG_HOME/rlfactory_nb/run_objects.key` (default ~/.config): outside every run folder."""
-    explicit = os.environ.get("RLFACTORY_NB_KEY_FILE")
-    if explicit:
-        return Path(explicit)
-    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return config_home / "rlfactory_nb" / "run_objects.key"
+    recorded = read_signature(folder).get("named_by_config")
+    return write_signature(folder, data, recorded)
 
 
 def _extra_tools(tools: ExtraTools | None) -> ToolsFile | None:
@@ -352,26 +339,6 @@ def _extra_tools(tools: ExtraTools | None) -> ToolsFile | None:
     from rlfactory_nb.tools.extra import extra_tools  # keeps the MCP client out of run-folder readers
 
     return extra_tools(tools)
-
-
-def _key() -> bytes:
-    """This user's key, made on first use: 32 random bytes, in a file only its owner can read."""
-    path = key_file()
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # written whole under a temporary name, then linked into place: a process that finds the key
-        # never reads half of it, and one that loses the race uses the winner's
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(secrets.token_hex(32) + "\n")
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-        temporary.unlink()
-    key = path.read_text(encoding="utf-8").strip()
-    if not key:
-        raise UntrustedRunObjects(f"{path} (the run objects signing key) is empty: delete it to make a new one")
-    return key.encode()
 
 
 def _named_by(config: RunConfig | None) -> dict[str, Any] | None:
@@ -389,43 +356,6 @@ def _named_by(config: RunConfig | None) -> dict[str, Any] | None:
 def _shown(named: dict[str, Any], field_name: str) -> str:
     value = named.get(field_name)
     return repr(value[0] if field_name == "reward" and isinstance(value, list) else value)
-
-
-def _digest(data: bytes, named: dict[str, Any] | None) -> str:
-    names = json.dumps(named, sort_keys=True, default=str).encode()
-    return hmac.new(_key(), names + b"\0" + data, hashlib.sha256).hexdigest()
-
-
-def _write_signature(folder: Path, data: bytes, named: dict[str, Any] | None) -> Path:
-    path = folder / SIGNATURE_FILE
-    record = {"hmac_sha256": _digest(data, named), "named_by_config": named}
-    path.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
-    return path
-
-
-def _read_signature(folder: Path) -> dict[str, Any]:
-    try:
-        record = json.loads((folder / SIGNATURE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _check_signature(folder: Path, data: bytes) -> None:
-    record = _read_signature(folder)
-    if not record:
-        why = f"it has no readable signature ({folder / SIGNATURE_FILE} is missing or damaged)"
-    elif not hmac.compare_digest(str(record.get("hmac_sha256")), _digest(data, record.get("named_by_config"))):
-        why = f"its signature does not match this user's key ({key_file()}): another user or machine wrote it, or it changed since"
-    else:
-        return
-    raise UntrustedRunObjects(
-        f"refusing to load {folder / PICKLE_FILE}: {why}. Unpickling it would run the code it holds as you. "
-        f"If you trust who wrote this run folder, read {folder / 'reward.py'} (and tools.py), then pass "
-        "trust_run_objects=True (train, launch, evaluate, job.stepper) or sign the folder once with "
-        "rlfactory_nb.data.objects.trust_run_folder(run_dir); or delete objects.pkl to resume with what the "
-        "config names"
-    )
 
 
 def _explain(label: str, value: Any, error: Exception) -> str:
@@ -456,22 +386,6 @@ def _culprit(value: Any) -> str:
     return ""
 
 
-def _user_modules(functions: Iterator[Callable[..., Any]] | Any) -> list[ModuleType]:
-    """Modules of `functions` that are the user's own code: neither installed packages nor this one."""
-    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
-    package = Path(__file__).resolve().parents[1]
-    found = []
-    for function in functions:
-        module = sys.modules.get(getattr(function, "__module__", "") or "")
-        file = getattr(module, "__file__", None)
-        if module is None or module.__name__ == "__main__" or file is None:
-            continue
-        path = Path(file).resolve()
-        if not any(path.is_relative_to(root) for root in (*installed, package)) and module not in found:
-            found.append(module)
-    return found
-
-
 @contextlib.contextmanager
 def _by_value(modules: list[ModuleType]) -> Iterator[None]:
     for module in modules:
@@ -481,119 +395,3 @@ def _by_value(modules: list[ModuleType]) -> Iterator[None]:
     finally:
         for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
-
-
-SOURCE_ATTRIBUTE = "__rlfactory_source__"
-MAX_VALUE_CHARS = 400
-"""a captured value is written out in the readable source when its repr is at most this long"""
-
-
-def _own_name(function: Callable[..., Any], default: str = "reward") -> str:
-    """The name the user gave it (`def shaped` -> "shaped"); `default` for a lambda."""
-    name = getattr(function, "__name__", "") or ""
-    return name if name.isidentifier() else default
-
-
-def _keep_source(function: Callable[..., Any]) -> None:
-    """Record a function's readable source (`readable_source`) on it while the defining cell or
-    file is still readable: once unpickled in another kernel, `inspect.getsource` finds no cell (or
-    the wrong lines of a file), and the helpers it calls have no source at all."""
-    if getattr(function, SOURCE_ATTRIBUTE, None) is not None or not hasattr(function, "__dict__"):
-        return
-    source = _readable(function)
-    if source is not None:
-        with contextlib.suppress(AttributeError, TypeError):
-            setattr(function, SOURCE_ATTRIBUTE, source)
-
-
-def readable_source(function: Callable[..., Any]) -> str:
-    """`function`'s source, preceded by what it refers to as cloudpickle sent it: imports of
-    modules and installed functions, the user's own helpers (their source, recursively, under the
-    names the function uses), and captured values (their repr, or a line saying what they are)."""
-    kept = getattr(function, SOURCE_ATTRIBUTE, None)
-    if kept is not None:
-        return kept
-    return _readable(function) or f"# (no source available: {function!r})\n"
-
-
-def _readable(function: Callable[..., Any]) -> str | None:
-    target = getattr(function, "fn", function)
-    own = _source(target)
-    if own is None:
-        return None
-    imports: list[str] = []
-    values: list[str] = []
-    helpers: list[str] = []
-    seen: set[int] = {id(target)}
-    _references(target, imports, values, helpers, seen)
-    parts = [sorted(set(imports)), values, helpers]
-    prelude = "".join(("\n".join(part) + "\n\n") for part in parts if part)
-    return prelude + own
-
-
-def _source(target: Any) -> str | None:
-    try:
-        source = inspect.getsource(target)
-    except (OSError, TypeError):
-        return None
-    if "lambda" in source or f"def {getattr(target, '__name__', '')}" in source or "class " in source:
-        return textwrap.dedent(source)
-    return None
-
-
-def _references(target: Any, imports: list[str], values: list[str], helpers: list[str], seen: set[int]) -> None:
-    """Fill the three lists with what `target` refers to (module docstring of `readable_source`)."""
-    if not inspect.isfunction(target):
-        return
-    variables = inspect.getclosurevars(target)
-    for name, value in {**variables.globals, **variables.nonlocals}.items():
-        if inspect.ismodule(value):
-            imports.append(f"import {value.__name__}" + (f" as {name}" if name != value.__name__.split(".")[-1] or "." in value.__name__ else ""))
-        elif inspect.isfunction(value) or inspect.isclass(value):
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
-            source = _source(value) if _is_users(value) else None
-            if source is None:
-                qualname = getattr(value, "__qualname__", name)
-                imports.append(f"from {value.__module__} import {qualname}" + (f" as {name}" if name != qualname else ""))
-                continue
-            _references(value, imports, values, helpers, seen)
-            if value.__name__ != name:  # the function refers to it by another name
-                source += f"\n\n{name} = {value.__name__}\n"
-            helpers.append(source)
-        else:
-            text = repr(value)
-            shown = text if len(text) <= MAX_VALUE_CHARS and _plain(value) else None
-            values.append(f"{name} = {shown}" if shown else f"# {name}: a {type(value).__name__}, captured by value (in the pickle), not shown")
-
-
-def _plain(value: Any) -> bool:
-    """Whether `repr(value)` reads back as the value: numbers, strings and containers of them."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return True
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return all(_plain(item) for item in value)
-    if isinstance(value, dict):
-        return all(_plain(k) and _plain(v) for k, v in value.items())
-    return False
-
-
-def _is_users(value: Any) -> bool:
-    """The user's own code (a notebook cell or a module outside installed packages and this one)."""
-    module = getattr(value, "__module__", None)
-    return module == "__main__" or (module is not None and sys.modules.get(module) in _user_modules([value]))
-
-
-def source_listing(labelled: list[tuple[str, Callable[..., Any]]], header: str) -> str:
-    """The readable sources of `labelled` functions in one file, under `header` (a sentence saying
-    what the file is and where the pickled copy lives: it must be true where the file is written)."""
-    parts = ["".join(f"# {line}\n" for line in textwrap.wrap(header, 98))]
-    for label, function in labelled:
-        name = label.split("'")[1] if "'" in label else label
-        own = getattr(getattr(function, "fn", function), "__name__", name)
-        called = "" if own == name else f" (the function {own})"
-        module = getattr(function, "__module__", "?")
-        parts.append(f"\n# {label.split(' ')[0]} {name!r}{called}, defined in {module}\n{readable_source(function)}")
-    return "".join(parts)
-

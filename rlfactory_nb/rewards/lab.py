@@ -29,7 +29,8 @@ import torch
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._views import view_of
 from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
-from rlfactory_nb.data.objects import RunObjects, source_listing
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.data.readable import source_listing
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.errors import ConfigError, LabNotSampled, RegistryKeyError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner

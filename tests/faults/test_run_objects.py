@@ -10,8 +10,9 @@ import stat
 import pytest
 
 import rlfactory_nb as rf
-from rlfactory_nb.data import objects as run_objects
-from rlfactory_nb.data.objects import RunObjects, UntrustedRunObjects, trust_run_folder
+from rlfactory_nb.data.objects import RunObjects, trust_run_folder
+from rlfactory_nb.data.signing import key_file
+from rlfactory_nb.errors import UntrustedRunObjects
 from rlfactory_nb.eval import evaluate
 from rlfactory_nb.train.loop import Trainer, train
 
@@ -55,7 +56,7 @@ async def test_a_shared_run_folders_pickle_is_refused_before_any_of_it_runs(make
 def test_a_swapped_pickle_or_another_users_key_is_refused_and_trust_is_explicit(make_cfg, tmp_path, monkeypatch):
     cfg, marker = make_cfg(), tmp_path / "pwned"
     RunObjects.of(reward=half).save(cfg.run_dir, config=cfg)
-    key = run_objects.key_file()
+    key = key_file()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and not key.is_relative_to(cfg.run_dir)
     assert RunObjects.load(cfg.run_dir).reward(None) == 0.5  # signed by this user: loads
 

@@ -117,7 +117,7 @@ async def test_a_lab_reward_is_what_the_checkpoint_config_and_readable_source_na
     assert "objects.pkl, in this folder" in source and (cfg.run_dir / "code" / "objects.pkl").exists()
     import hashlib
 
-    from rlfactory_nb.data.objects import readable_source
+    from rlfactory_nb.data.readable import readable_source
 
     assert entries[0]["sha256"] == hashlib.sha256(readable_source(reward["shaped"]).encode()).hexdigest()
     with pytest.raises(rf.errors.RewardLoadError, match="came from the kernel"):
