@@ -40,6 +40,7 @@ ORDER = (
     "async_training",
     "learning",
     "learning_options",
+    "guess",
 )
 """run order: short, self-contained measurements first; the long learning runs last"""
 

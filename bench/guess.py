@@ -1,7 +1,7 @@
 """Does the guessing game learn? The example config (examples/guess/config.yaml) on the tiny-guess
 preset, once per seed: held-out reward before and after GRPO.
 
-    OMP_NUM_THREADS=1 python bench/guess.py [--seeds 0 1] [--steps 120] [--out runs/bench-guess]
+    OMP_NUM_THREADS=1 python bench/guess.py [--quick] [--seeds 0 1] [--steps N] [--out runs/bench-guess]
 
 The run is the example's config with only the seed, the steps and the output folder overridden, so
 the figures describe what `rlfactory-nb train examples/guess/config.yaml` trains. Held-out: the 256
@@ -33,7 +33,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=None, help="default: the config's")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-guess"))
-    return parser.parse_args(argv)
+    parser.add_argument("--quick", action="store_true", help="one seed, 40 steps")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.steps = args.seeds[:1], args.steps or 40
+    return args
 
 
 def run(seed: int, steps: int | None, out: Path) -> dict:
