@@ -16,8 +16,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from rlfactory_nb.models.node import ModelFilesError, forbid_preset_builds, node
 from rlfactory_nb.models.presets import calculator, guess
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
-from rlfactory_nb.models.presets.warmstart import WarmStartConfig, warm_start
+from rlfactory_nb.models.presets.warmstart import WarmStartConfig, save_build, warm_start
 from rlfactory_nb.storage import package_cache
 
 PRESETS = ("tiny-calculator", "tiny-guess")
@@ -146,16 +144,9 @@ def build_tiny_calculator(
     torch.manual_seed(warm.seed)
     model = Qwen3ForCausalLM(tiny_config())
     metrics = warm_start(model, tokenizer, warm, log=log)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    (staging / "warm_start.json").write_text(json.dumps(metrics, indent=2))
-    if path.exists():
-        shutil.rmtree(path)
-    staging.rename(path)
+    save_build(path, model, tokenizer, metrics)
     log(f"tiny-calculator ready: {metrics}")
     return path
 

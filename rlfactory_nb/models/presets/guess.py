@@ -16,11 +16,8 @@ The games are encoded as the tiny preset's rollouts are (non-thinking: `presets.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +29,7 @@ import torch
 from rlfactory_nb.models.presets.warmstart import (
     encode_conversation,
     prefix_shared_loss,
+    save_build,
     shared_prefix_length,
 )
 from rlfactory_nb.recipes.guess.data import LOWS, WIDTH, rows
@@ -81,22 +79,14 @@ def teacher_game(rng: random.Random, row: dict) -> list[Message]:
 def build_tiny_guess(
     path: Path, source: Path, warm: GuessWarmStart = GuessWarmStart(), log: Callable[[str], None] = print
 ) -> Path:
-    """Warm-start a copy of `source` (the tiny-calculator folder) on teacher games; save it to `path`
-    through a staging folder, so a crash leaves no half-built cache entry."""
+    """Warm-start a copy of `source` (the tiny-calculator folder) on teacher games; save it to `path`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log(f"building tiny-guess (once per recipe, about 40 s on 2 cores) into {path}")
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     metrics = _train(model, tokenizer, warm, log)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    (staging / "warm_start.json").write_text(json.dumps(metrics, indent=2))
-    if path.exists():
-        shutil.rmtree(path)
-    staging.rename(path)
+    save_build(path, model, tokenizer, metrics)
     log(f"tiny-guess ready: {metrics}")
     return path
 

@@ -19,11 +19,15 @@ where the model then only has to learn to look past the tool list.
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -227,3 +231,17 @@ def _schedule(step: int, cfg: WarmStartConfig) -> float:
         return cfg.lr * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, cfg.max_steps - warmup))
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def save_build(path: Path, model: Any, tokenizer: Any, metrics: dict[str, Any]) -> Path:
+    """Save a preset build to `path` through a staging folder beside it, so a crash leaves no
+    half-built cache entry; `metrics` go to warm_start.json."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "warm_start.json").write_text(json.dumps(metrics, indent=2))
+    if path.exists():
+        shutil.rmtree(path)
+    staging.rename(path)
+    return path
