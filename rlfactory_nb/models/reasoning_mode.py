@@ -24,7 +24,7 @@ def trained_mode(name: str) -> bool | None:
         return THINKING[name]
     try:
         recorded = json.loads(read_regular(Path(name) / MODE_FILE, max_bytes=4096))
-    except (OSError, ValueError):  # no such folder or file, or not ours: the template's default
+    except (OSError, ValueError, RecursionError):  # no such folder or file, or not ours: the template's default
         return None
     value = recorded.get("enable_thinking") if isinstance(recorded, dict) else None
     return value if isinstance(value, bool) else None
