@@ -6,7 +6,8 @@
 
 from rlfactory_nb.programs.assembly import expand_segments, program_metrics, segment_trajectories
 from rlfactory_nb.programs.endpoint import Endpoint
-from rlfactory_nb.programs.program import LLM, AgentProgram, ProgramSession, ProgramSettings
+from rlfactory_nb.programs.handle import LLM, ProgramSettings
+from rlfactory_nb.programs.program import AgentProgram, ProgramSession
 from rlfactory_nb.programs.sessions import CallRecord, EpisodeSession, Limits
 
 __all__ = [
