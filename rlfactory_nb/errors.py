@@ -7,7 +7,7 @@
     ├── DataError: DatasetError (ValueError), ObjectTransferError (TypeError),
     │              UntrustedRunObjects (PermissionError)
     ├── ModelError: ModelFilesError (FileNotFoundError), RemoteCodeError, UnsupportedModelError (ValueError),
-    │               CheckpointError (RuntimeError)
+    │               CheckpointError (RuntimeError), NoCheckpointYet (CheckpointError, IndexError)
     ├── EngineError: EngineUnavailableError (ImportError), EngineActorDied, InsufficientResources,
     │                ChatError, EngineStateError (RuntimeError), EngineRequestError (ValueError),
     │                EngineTimeout (TimeoutError)
@@ -112,6 +112,10 @@ class RemoteCodeError(ModelError, ValueError):
 
 class CheckpointError(ModelError, RuntimeError):
     """A checkpoint could not be written or read; the message says which and what to do."""
+
+
+class NoCheckpointYet(CheckpointError, IndexError):
+    """`job.checkpoints[-1]` before the run saved one: the message names the run and how to wait."""
 
 
 class EngineError(RLFactoryError):

@@ -38,6 +38,7 @@ from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.envs.base import bound_tools, env_factory
 from rlfactory_nb.errors import ConfigError, PathNotFoundError
+from rlfactory_nb.extras import missing_extra
 from rlfactory_nb.runtime import Runtime, build_tools
 from rlfactory_nb.tools.toolset import ToolSet
 
@@ -66,6 +67,9 @@ class NotebookDefaults:
     trains with"""
     eval_set: str = "eval"
     """what notebooks 03-04 evaluate on: "eval" (the config's data.eval) or a rows file"""
+    requires: tuple[str, ...] = ()
+    """the optional extras of pyproject.toml the example needs (agents_sdk: `programs`); `make demo`
+    installs none, so a notebook checks `Example.missing_extra` and skips the example, naming them"""
 
     @classmethod
     def from_file(cls, path: Path) -> NotebookDefaults:
@@ -103,6 +107,15 @@ class Example:
         if not path.is_file():
             raise PathNotFoundError(f"example {self.name!r} declares no notebook defaults: add {path} (see examples/calculator/)")
         return NotebookDefaults.from_file(path)
+
+    @property
+    def missing_extra(self) -> str | None:
+        """None when the extras the example needs (`notebook.requires`) are installed; else one line
+        naming the extra and the command that installs it."""
+        for extra in self.notebook.requires:
+            if (missing := missing_extra(extra)) is not None:
+                return f"the {self.name} example {missing}"
+        return None
 
     def demo_messages(self, prompt: str | None = None) -> list[dict[str, str]]:
         """Notebook 01's prompt: the system prompt of the example's rows (when they have one), then

@@ -42,7 +42,7 @@ from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.extra import ExtraTools
-from rlfactory_nb.train.run_folder import TERMINAL_STATES, RunFolder
+from rlfactory_nb.train.run_folder import TERMINAL_STATES, Checkpoints, RunFolder
 from rlfactory_nb.types import Message, Trajectory
 
 if TYPE_CHECKING:
@@ -264,11 +264,11 @@ class TrainingJob:
         return live if live is not None else self.folder.logs(tail_chars)
 
     @property
-    def checkpoints(self) -> list[Path | str]:
+    def checkpoints(self) -> Checkpoints:
         """Complete checkpoints, oldest first: Hugging Face folders, or their URIs for a run on storage
         (`rf.evaluate`, `rf.Policy.load` and `cluster.engine` take either; a URI is fetched into the node's cache, again when it changes)."""
         live = self._ask("checkpoints")
-        return [_location(p) for p in live] if live is not None else self.folder.checkpoints()
+        return Checkpoints((_location(p) for p in live), self.folder.path) if live is not None else self.folder.checkpoints()
 
     def tokenizer(self) -> Any:
         """The run's tokenizer, to decode token strips of its trajectories."""

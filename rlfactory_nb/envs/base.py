@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError
+from rlfactory_nb.extras import extra_hint
 from rlfactory_nb.tools.python import PythonTool
 from rlfactory_nb.types import Message, ToolCall, ToolResult, ToolSpec, Turn
 
@@ -232,7 +233,7 @@ def _load(target: str) -> Any:
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as error:
-        raise ConfigError(f"rollout.env {target!r}: cannot import {module_name!r}: {error}") from error
+        raise ConfigError(f"rollout.env {target!r}: cannot import {module_name!r}: {error}{extra_hint(error)}") from error
     for part in attribute.split("."):
         if not hasattr(value, part):
             raise ConfigError(f"rollout.env {target!r}: module {module_name!r} has no attribute {attribute!r}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.errors import RewardLoadError
+from rlfactory_nb.extras import extra_hint
 from rlfactory_nb.rewards.values import RewardFunction
 
 
@@ -79,7 +80,7 @@ def _import(module_name: str, spec: str):
     try:
         return importlib.import_module(module_name)
     except ImportError as exc:
-        raise RewardLoadError(f"reward spec {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+        raise RewardLoadError(f"reward spec {spec!r}: cannot import module {module_name!r}: {exc}{extra_hint(exc)}") from exc
 
 
 def _load_file(path: str, spec: str):
@@ -95,6 +96,6 @@ def _load_file(path: str, spec: str):
     except Exception as exc:
         del sys.modules[module_name]
         raise RewardLoadError(
-            f"reward spec {spec!r}: running {file} failed: {type(exc).__name__}: {exc}"
+            f"reward spec {spec!r}: running {file} failed: {type(exc).__name__}: {exc}{extra_hint(exc)}"
         ) from exc
     return module

@@ -39,7 +39,7 @@ from typing import Any
 
 from rlfactory_nb.data.objects import CODE_DIR
 from rlfactory_nb.data.rows import MAX_LINE_BYTES, bounded_lines, parse_json
-from rlfactory_nb.errors import DatasetError, StorageError
+from rlfactory_nb.errors import DatasetError, NoCheckpointYet, StorageError
 from rlfactory_nb.models.checkpoint import CHECKPOINTS, TRAINER_STATE, list_checkpoints, parse_step, step_name
 from rlfactory_nb.storage import Storage, is_uri
 from rlfactory_nb.types import Trajectory, parse_trajectories
@@ -74,6 +74,26 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     last line from a crash is: so is one that is not UTF-8, nested too deep, or past MAX_LINE_BYTES.
     A symlink or FIFO in its place is a StorageError naming it."""
     return RunFolder(run_dir).metrics()
+
+
+class Checkpoints(list):
+    """A run's complete checkpoints, oldest first (paths or URIs). Asking for one the run has not
+    saved yet (`job.checkpoints[-1]` while it starts) is a `NoCheckpointYet` naming the run and how
+    to wait, not a bare IndexError."""
+
+    def __init__(self, locations: Iterable[str | Path], run: str | Path):
+        super().__init__(locations)
+        self.run = run
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            return super().__getitem__(index)
+        except IndexError:
+            raise NoCheckpointYet(
+                f"run {str(self.run)!r} has {len(self)} complete checkpoint(s), so checkpoints[{index}] does not exist "
+                "yet: a run saves one every grpo.checkpoint_every steps and at its end; wait for it with job.wait(), "
+                "or look again later"
+            ) from None
 
 
 class RunFolder:
@@ -155,13 +175,13 @@ class RunFolder:
     def logs(self, tail_chars: int = 20_000) -> str:
         return self.store.tail(LOG_FILE, tail_chars).decode("utf-8", errors="replace")
 
-    def checkpoints(self) -> list[str | Path]:
+    def checkpoints(self) -> Checkpoints:
         """Complete checkpoints, oldest first: local folders, or URIs for a run on storage."""
         if not self.remote:
             if self.store.exists(CHECKPOINTS) and not self.store.isdir(CHECKPOINTS):
                 raise StorageError(f"{self.store.uri(CHECKPOINTS)} is not a folder (a link?); refused")
-            return [checkpoint.path for checkpoint in list_checkpoints(self.path)]
-        return [self.store.uri(f"{CHECKPOINTS}/{name}") for _, name in self.stored_checkpoints()]
+            return Checkpoints((checkpoint.path for checkpoint in list_checkpoints(self.path)), self.path)
+        return Checkpoints((self.store.uri(f"{CHECKPOINTS}/{name}") for _, name in self.stored_checkpoints()), self.path)
 
     def stored_checkpoints(self) -> list[tuple[int, str]]:
         """(step, folder name) of each complete checkpoint in the store, oldest first."""

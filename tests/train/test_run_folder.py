@@ -147,3 +147,15 @@ def test_the_name_check_finds_hand_spelled_names():
     assert sorted(name for _, name in _spelled_names(source)) == ["job.json", "metrics.jsonl", "trajectories"]
     ignored = '"""Writes metrics.jsonl."""\nk = f"{prefix}/trajectories"\nhasattr(job, "checkpoints")\nh = "see runs/x/job.json"\n'
     assert _spelled_names(ignored) == []
+
+
+def test_the_last_checkpoint_of_a_run_that_saved_none_yet_says_so(tmp_path):
+    from rlfactory_nb.errors import NoCheckpointYet
+
+    folder = RunFolder(tmp_path / "starting-run")
+    checkpoints = folder.checkpoints()
+    assert checkpoints == []
+    with pytest.raises(NoCheckpointYet, match=r"starting-run.*0 complete checkpoint\(s\).*job\.wait\(\)"):
+        checkpoints[-1]
+    with pytest.raises(IndexError):  # still what code catching IndexError expects
+        checkpoints[0]
