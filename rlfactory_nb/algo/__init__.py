@@ -1,6 +1,13 @@
 """The RL math as pure tensor functions: group-relative advantages and policy losses by name."""
 
-from rlfactory_nb.algo.advantages import group_advantages, turn_advantages, turn_index, zero_variance_groups
+from rlfactory_nb.algo.advantages import (
+    group_advantages,
+    reward_to_go,
+    step_group_advantages,
+    turn_advantages,
+    turn_index,
+    zero_variance_groups,
+)
 from rlfactory_nb.algo.losses import (
     clipped_surrogate,
     importance_ratio,
@@ -32,6 +39,8 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "register_loss",
+    "reward_to_go",
+    "step_group_advantages",
     "turn_advantages",
     "turn_index",
     "zero_variance_groups",

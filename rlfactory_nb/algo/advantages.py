@@ -59,8 +59,27 @@ def group_advantages(rewards: Tensor, scale: bool = True, eps: float = 1e-6) -> 
     return centred / torch.where(flat, torch.ones_like(std), std + eps)
 
 
+def reward_to_go(turn_rewards: Tensor, gamma: float = 1.0) -> Tensor:
+    """Discounted reward-to-go of each turn: R_k = sum_{j >= k} gamma^(j - k) r_j.
+
+    turn_rewards (..., K) -> (..., K). With gamma = 1 it is the plain suffix sum; R_0 is the return.
+
+    >>> reward_to_go(torch.tensor([1.0, 0.0, 2.0]), gamma=0.5).tolist()
+    [1.5, 1.0, 2.0]
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    turn_rewards = _as_float(turn_rewards)
+    to_go = torch.zeros_like(turn_rewards)
+    running = torch.zeros_like(turn_rewards[..., 0])  # (...,)
+    for k in range(turn_rewards.shape[-1] - 1, -1, -1):  # K is a handful of turns
+        running = turn_rewards[..., k] + gamma * running
+        to_go[..., k] = running
+    return to_go
+
+
 def turn_advantages(
-    turn_rewards: Tensor, token_turn: Tensor, scale: bool = True, eps: float = 1e-6
+    turn_rewards: Tensor, token_turn: Tensor, scale: bool = True, eps: float = 1e-6, gamma: float = 1.0
 ) -> Tensor:
     """Token-level advantages from per-turn rewards, by group-relative reward-to-go.
 
@@ -71,7 +90,7 @@ def turn_advantages(
     returns (G, T) or (N, G, T): the advantage of each response token, 0 where token_turn == -1.
 
     Definition. For trajectory i with turn rewards r_i0..r_iK-1:
-        reward-to-go  R_ik = sum_{j >= k} r_ij            (R_i0 is the trajectory's return)
+        reward-to-go  R_ik = sum_{j >= k} gamma^(j-k) r_ij   (R_i0 is the trajectory's return)
         advantage     A_ik = (R_ik - mean_g R_g0) / (std_g R_g0 + eps)
     and every token of turn k gets A_ik. The baseline and scale are the group's *return* statistics,
     the same numbers `group_advantages` uses: turn positions do not line up across a group (one
@@ -94,7 +113,7 @@ def turn_advantages(
             f"token_turn refers to turn {int(token_turn.max())} but turn_rewards has only {num_turns} turns "
             "per trajectory; give one reward per assistant turn (0 for turns without one)"
         )
-    to_go = turn_rewards.flip(-1).cumsum(-1).flip(-1)  # (..., G, K)
+    to_go = reward_to_go(turn_rewards, gamma)  # (..., G, K)
     returns = to_go[..., 0]  # (..., G)
     flat = zero_variance_groups(returns).unsqueeze(-1)  # (..., 1)
     mean = torch.where(flat, returns[..., :1], returns.mean(dim=-1, keepdim=True))  # (..., 1)
@@ -106,6 +125,48 @@ def turn_advantages(
     in_turn = token_turn >= 0  # (..., G, T)
     per_token = per_turn.gather(-1, token_turn.clamp(min=0).long())  # (..., G, T)
     return torch.where(in_turn, per_token, torch.zeros_like(per_token))
+
+
+def step_group_advantages(returns: Tensor, state_ids: Tensor, scale: bool = True, eps: float = 1e-6) -> Tensor:
+    """Step-level advantages of one group's turns, compared among the turns that start from the same
+    environment state (GiGPO's anchor states; Feng et al. 2025, "Group-in-Group Policy Optimization").
+
+    returns (G, K): the (discounted) reward-to-go of each turn of each trajectory (`reward_to_go`).
+    state_ids (G, K) long: an id of the state each turn started from (equal ids: the same state);
+        -1 where the trajectory has no turn k.
+    returns (G, K): for turn k of trajectory i in step group S = {(j, l): state_ids[j, l] == state_ids[i, k]},
+        (R_ik - mean_S R) / (std_S R + eps)  (population std, no division when `scale` is False);
+        0 for a step group of one turn, a group whose returns are all equal, and padding.
+
+    The sibling trajectories of a GRPO group play the same task (rollout.env_seed: group), so the
+    same state recurs across them (every episode's first turn, and any state two of them reach):
+    there the comparison says which action did better from that very state.
+
+    >>> step_group_advantages(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), torch.tensor([[0, 1], [0, 2]]), scale=False).tolist()
+    [[0.5, 0.0], [-0.5, 0.0]]
+    """
+    returns = _as_float(returns)
+    if returns.dim() != 2 or state_ids.shape != returns.shape:
+        raise ValueError(
+            f"returns and state_ids must both be (G, K); got {tuple(returns.shape)} and {tuple(state_ids.shape)}"
+        )
+    valid = state_ids >= 0  # (G, K)
+    ids = state_ids[valid]  # (M,)
+    values = returns[valid]  # (M,)
+    if ids.numel() == 0:
+        return torch.zeros_like(returns)
+    _, group_of = torch.unique(ids, return_inverse=True)  # (M,): step group of each turn
+    count = torch.zeros(int(group_of.max()) + 1).index_add_(0, group_of, torch.ones_like(values))  # (S,)
+    mean = torch.zeros_like(count).index_add_(0, group_of, values) / count  # (S,)
+    centred = values - mean[group_of]  # (M,)
+    spread = torch.zeros_like(count).index_add_(0, group_of, centred**2)  # (S,)
+    std = (spread / count).sqrt()  # (S,) population std
+    signal = (count > 1) & (std > 0)  # (S,)
+    if scale:
+        centred = centred / torch.where(signal, std + eps, torch.ones_like(std))[group_of]
+    advantages = torch.zeros_like(returns)
+    advantages[valid] = torch.where(signal[group_of], centred, torch.zeros_like(centred))
+    return advantages
 
 
 def turn_index(loss_mask: Tensor) -> Tensor:

@@ -3,7 +3,14 @@ import math
 import pytest
 import torch
 
-from rlfactory_nb.algo.advantages import group_advantages, turn_advantages, turn_index, zero_variance_groups
+from rlfactory_nb.algo.advantages import (
+    group_advantages,
+    reward_to_go,
+    step_group_advantages,
+    turn_advantages,
+    turn_index,
+    zero_variance_groups,
+)
 
 
 def close(actual: torch.Tensor, expected: list, tol: float = 1e-5) -> None:
@@ -113,3 +120,43 @@ def test_turn_advantages_accept_many_groups():
 def test_turn_advantages_reject_tokens_of_turns_without_a_reward():
     with pytest.raises(ValueError, match="only 1 turns"):
         turn_advantages(torch.tensor([[1.0], [0.0]]), torch.tensor([[0, 1], [0, 0]]))
+
+
+def test_discounted_reward_to_go_by_hand():
+    rewards = torch.tensor([[0.0, 0.5, 1.0], [1.0, 0.0, 0.0]])
+    # R_2 = r_2; R_1 = r_1 + 0.9 R_2; R_0 = r_0 + 0.9 R_1
+    expected = [[0.0 + 0.9 * (0.5 + 0.9 * 1.0), 0.5 + 0.9 * 1.0, 1.0], [1.0, 0.0, 0.0]]
+    assert torch.allclose(reward_to_go(rewards, gamma=0.9), torch.tensor(expected))
+    assert torch.equal(reward_to_go(rewards), rewards.flip(-1).cumsum(-1).flip(-1))  # gamma 1: the suffix sum
+    with pytest.raises(ValueError, match="gamma"):
+        reward_to_go(rewards, gamma=1.5)
+
+
+def test_turn_advantages_discount_later_rewards():
+    turn_rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])  # one group of two, two turns
+    token_turn = torch.tensor([[0, 1], [0, 1]])
+    got = turn_advantages(turn_rewards, token_turn, scale=False, gamma=0.5)
+    # returns R_0: 0.5 and 0.0 (mean 0.25); trajectory 0: turn 0 -> 0.5 - 0.25, turn 1 -> 1.0 - 0.25
+    assert torch.allclose(got, torch.tensor([[0.25, 0.75], [-0.25, -0.25]]))
+
+
+def test_step_groups_compare_only_turns_from_the_same_state_by_hand():
+    # three siblings: all start in state 7; two of them reach state 8 at turn 1, the third state 9
+    returns = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, -1.0], [2.0, 2.0, -1.0]])
+    states = torch.tensor([[7, 8, 10], [7, 8, -1], [7, 9, -1]])
+    got = step_group_advantages(returns, states, scale=False)
+    # state 7: returns 1, 0, 2 (mean 1) -> 0, -1, 1; state 8: 1, 0 (mean 0.5) -> 0.5, -0.5; 9 and 10 alone -> 0
+    assert got.tolist() == [[0.0, 0.5, 0.0], [-1.0, -0.5, 0.0], [1.0, 0.0, 0.0]]
+    scaled = step_group_advantages(returns, states, eps=0.0)
+    std7 = torch.tensor([1.0, 0.0, 2.0]).std(unbiased=False)
+    assert torch.allclose(scaled[:, 0], torch.tensor([0.0, -1.0, 1.0]) / std7)
+    assert torch.allclose(scaled[:2, 1], torch.tensor([1.0, -1.0]))  # {1, 0}: population std 0.5
+
+
+def test_a_step_group_of_equal_returns_gives_exact_zeros():
+    returns = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    states = torch.tensor([[3, 4], [3, 4]])
+    assert torch.equal(step_group_advantages(returns, states), torch.zeros(2, 2))
+    assert torch.equal(step_group_advantages(returns, torch.full((2, 2), -1)), torch.zeros(2, 2))
+    with pytest.raises(ValueError, match=r"\(G, K\)"):
+        step_group_advantages(returns, torch.tensor([3, 4]))
