@@ -225,6 +225,17 @@ class GRPOConfig:
     """entropy bonus weight (masked tokens only)"""
     scale_rewards: bool = True
     """divide group-centred rewards by the group std (False: Dr. GRPO)"""
+    advantage: Literal["episode", "turn", "step_groups"] = "episode"
+    """credit assignment. "episode": one group-relative advantage per trajectory (per turn, by
+    reward-to-go, when the reward functions return `turn_scores`). "turn": every assistant turn its
+    group-relative reward-to-go over per-turn rewards: an environment's `Response.reward` for that
+    turn, the rest of the episode's score on its last turn. "step_groups": the episode's advantage
+    plus `step_weight` times a step advantage that compares the turns of a group starting from the
+    same environment state (`state()`; GiGPO, Feng et al. 2025). See `rlfactory_nb.train.credit`"""
+    gamma: Annotated[float, Range(ge=0, le=1)] = 1.0
+    """discount of later turns' rewards in each turn's reward-to-go ("turn" and "step_groups")"""
+    step_weight: NonNegativeFloat = 1.0
+    """weight of the step-group advantage added to the episode's ("step_groups"; GiGPO's omega)"""
     filter_zero_variance: bool = True
     """drop groups whose rewards are all equal (they carry no signal)"""
     dynamic_sampling: DynamicSamplingConfig | None = None

@@ -104,6 +104,11 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
                 _load_object(spec)
             except (ImportError, ValueError) as error:
                 problems.append(f"{key}: {error}")
+    if cfg.grpo.advantage != "episode" and (objects.agent is not None or cfg.rollout.program is not None):
+        problems.append(
+            f"grpo.advantage: {cfg.grpo.advantage!r} credits the turns of an episode the loop plays; an agent "
+            "program's calls are not such turns yet: use grpo.advantage: episode with a program"
+        )
     if problems:
         raise ConfigError(problems, "the names it gives")
     if objects.reward is None and not (resume and is_run_record(cfg.reward.function)):

@@ -132,6 +132,9 @@ class Turn:
     """seconds the environment took to respond to this turn"""
     state: dict[str, Any] | None = None
     """the environment's `state()` after this turn and its answer (None: it shows none)"""
+    env_reward: float | None = None
+    """the reward the environment gave with its answer to this turn (`Response.reward`; None: none),
+    the turn's own reward when `grpo.advantage` is "turn" or "step_groups" (train/credit.py)"""
 
 
 @dataclass

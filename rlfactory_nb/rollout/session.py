@@ -272,6 +272,7 @@ class AgentSession:
         turn.replies = [dict(message) for message in response.messages]  # type: ignore[misc]
         turn.speaker = response.speaker
         if response.reward is not None:
+            turn.env_reward = response.reward
             self.trajectory.metadata["env_reward"] = response.reward
         self._count_user(response.info)
         return response

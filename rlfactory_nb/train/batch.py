@@ -24,7 +24,6 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor
 
-from rlfactory_nb.algo.advantages import turn_advantages, turn_index
 from rlfactory_nb.types import Trajectory
 
 
@@ -214,26 +213,3 @@ def micro_batches(batch: TrainBatch, size: int) -> Iterator[TrainBatch]:
         raise ValueError(f"micro batch size must be >= 1, got {size}")
     for start in range(0, batch.batch_size, size):
         yield batch.select(slice(start, start + size))
-
-
-def turn_level_advantages(
-    groups: list[list[Trajectory]], turn_scores: list[list[list[float] | None]], scale: bool
-) -> list[list[float]]:
-    """Per-token advantages from per-turn rewards (reward-to-go, see algo.advantages.turn_advantages);
-    `turn_scores[g][i]` are trajectory i of group g's per-turn rewards (None: none)."""
-    flat = [traj for group in groups for traj in group]
-    masks = [torch.tensor(traj.loss_mask, dtype=torch.long) for traj in flat]
-    width = max(len(mask) for mask in masks)
-    token_turn = torch.full((len(flat), width), -1, dtype=torch.long)
-    for row, mask in enumerate(masks):
-        token_turn[row, : len(mask)] = turn_index(mask)
-    scores = [list(s or []) for group in turn_scores for s in group]
-    turns = max(max(len(s) for s in scores), int(token_turn.max()) + 1, 1)
-    turn_rewards = torch.zeros(len(flat), turns)
-    for row, values in enumerate(scores):
-        turn_rewards[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
-    size = len(groups[0])
-    per_token = turn_advantages(
-        turn_rewards.view(len(groups), size, turns), token_turn.view(len(groups), size, width), scale=scale
-    ).view(len(flat), width)
-    return [per_token[row, : len(traj.response_ids)].tolist() for row, traj in enumerate(flat)]

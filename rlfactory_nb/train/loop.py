@@ -38,7 +38,6 @@ import torch
 from tqdm.auto import tqdm
 
 from rlfactory_nb._async import maybe_await, run_sync
-from rlfactory_nb.algo.advantages import group_advantages
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import PromptOrder
@@ -55,7 +54,8 @@ from rlfactory_nb.runtime import Runtime, check_names
 from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
-from rlfactory_nb.train.batch import build_batch, turn_level_advantages
+from rlfactory_nb.train.batch import build_batch
+from rlfactory_nb.train.credit import assign_credit, record_turn_advantages
 from rlfactory_nb.train.failures import backend_actors, backend_node_of, describe_failure, is_actor_death
 from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics, sample_rows
 from rlfactory_nb.train.pipeline import (
@@ -214,6 +214,7 @@ class Trainer:
         rewards = drawn.rewards  # (N, G)
         advantages = self.advantages([groups[i] for i in keep], rewards[keep], [outcomes[i] for i in keep])
         trained = [traj for i in keep for traj in groups[i]]
+        record_turn_advantages(trained, advantages)
         masked = sum(traj.truncated for traj in trained) if cfg.mask_truncated else 0
         if masked:
             trained, advantages = without_truncated(trained, advantages)
@@ -324,13 +325,10 @@ class Trainer:
     def advantages(
         self, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]]
     ) -> torch.Tensor | list[list[float]]:
-        """One advantage per trajectory (N*G,), or per response token when rewards come per turn."""
-        scale = self.cfg.grpo.scale_rewards
-        if not groups:
-            return torch.zeros(0)
-        if not all(o.turn_scores for group in outcomes for o in group):
-            return group_advantages(rewards, scale=scale).flatten()
-        return turn_level_advantages(groups, [[o.turn_scores for o in g] for g in outcomes], scale)
+        """One advantage per trajectory (N*G,), or per response token when credit goes per turn
+        (`grpo.advantage`, train/credit.py)."""
+        grpo = self.cfg.grpo
+        return assign_credit(grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight)
 
     def _save_trajectories(
         self, groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], step: int

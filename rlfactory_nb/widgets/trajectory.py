@@ -76,7 +76,16 @@ def program_summary(counters: dict[str, Any]) -> str:
     )
 
 
-def turn_html(index: int, turn: Turn) -> str:
+def turns_html(traj: Trajectory) -> str:
+    """Every assistant turn, each with the advantage it trained with when credit went per turn
+    (`metadata["turn_advantages"]`, written by the trainer: train/credit.py)."""
+    advantages = traj.metadata.get("turn_advantages") or []
+    return "".join(
+        turn_html(i, turn, advantages[i - 1] if i <= len(advantages) else None) for i, turn in enumerate(traj.turns, 1)
+    )
+
+
+def turn_html(index: int, turn: Turn, advantage: float | None = None) -> str:
     rows = []
     for call, result in zip(turn.calls, turn.results):
         color = STATUS_COLORS.get(result.status, "#000")
@@ -93,11 +102,21 @@ def turn_html(index: int, turn: Turn) -> str:
         rows.append(f"<tr><td style='color:#b00020'>parse error</td><td colspan=4>{html.escape(error.message)}</td></tr>")
     table = f"<table class='rf-table'>{''.join(rows)}</table>" if rows else ""
     return (
-        f"<div class='rf-turn'><b>assistant turn {index}</b> ({turn.num_tokens} tokens, "
+        f"<div class='rf-turn'><b>assistant turn {index}</b>{credit_html(turn, advantage)} ({turn.num_tokens} tokens, "
         f"{turn.generate_s:.2f} s generate, {turn.tools_s:.2f} s tools, {html.escape(turn.finish_reason)})"
         f"{reasoning_html(turn)}<pre>{html.escape(turn.answer if turn.reasoning and turn.answer is not None else turn.text)}</pre>"
         f"{table}{replies_html(turn)}{state_html(turn.state)}</div>"
     )
+
+
+def credit_html(turn: Turn, advantage: float | None) -> str:
+    """The turn's own environment reward and the advantage its tokens trained with, when known."""
+    parts = []
+    if turn.env_reward is not None:
+        parts.append(f"environment reward {turn.env_reward:g}")
+    if advantage is not None:
+        parts.append(f"advantage {advantage:+.3f}")
+    return f" <span class='rf-credit'>[{' · '.join(parts)}]</span>" if parts else ""
 
 
 SPEAKER_LABELS = {"user": "user (simulated)", "env": "environment"}
@@ -226,7 +245,7 @@ def drift_summary(traj: Trajectory) -> str:
 
 def view_html(traj: Trajectory, tokenizer: Any = None) -> str:
     """The whole view as one HTML document fragment (also what the widget shows)."""
-    turns = "".join(turn_html(i, turn) for i, turn in enumerate(traj.turns, 1))
+    turns = turns_html(traj)
     return f"{_STYLE}<div>{summary_html(traj)}</div>{prompt_html(traj)}{turns}{token_strip_html(traj, tokenizer)}"
 
 
@@ -249,7 +268,7 @@ class TrajectoryView(StaticFallback, widgets.VBox):
 
     def update(self, trajectory: Trajectory) -> None:
         self.trajectory = trajectory
-        turns = "".join(turn_html(i, turn) for i, turn in enumerate(trajectory.turns, 1))
+        turns = turns_html(trajectory)
         self.summary.value = f"{_STYLE}<div>{summary_html(trajectory)}</div>"
         self.turns.value = f"{_STYLE}{prompt_html(trajectory)}{turns}"
         self.strip.value = f"{_STYLE}{token_strip_html(trajectory, self.tokenizer)}"

@@ -1,0 +1,164 @@
+"""Credit assignment: which tokens of a step's trajectories get how much advantage (`grpo.advantage`).
+
+- "episode": one group-relative advantage per trajectory (algo.advantages.group_advantages); when
+  the reward functions return `turn_scores`, each turn its reward-to-go (`turn_advantages`).
+- "turn": each assistant turn its group-relative reward-to-go over per-turn rewards. A turn's reward
+  is what the environment gave with its answer to that turn (`Response.reward`, kept as
+  `Turn.env_reward`), and the last turn gets the rest of the episode's score, so a trajectory's return
+  is still its score: the environment's rewards only move credit to the turns that earned it.
+- "step_groups": the episode's advantage on every turn, plus `step_weight` times a step advantage
+  (GiGPO, Feng et al. 2025): within a group, the turns that start from the same environment state are
+  compared by their reward-to-go (`step_group_advantages`). The state a turn starts from is the
+  environment's `state()` before it (the reset's for the first turn); an environment that shows none
+  is keyed by the turn's whole context (the token ids before it), which is the same only when the
+  histories are.
+
+Rows stay one per trajectory; "turn" and "step_groups" give a list of per-token advantages per
+trajectory, aligned with `response_ids` (0 on tokens outside assistant turns).
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from rlfactory_nb.algo.advantages import (
+    group_advantages,
+    reward_to_go,
+    step_group_advantages,
+    turn_advantages,
+    turn_index,
+)
+from rlfactory_nb.rewards.runner import RewardOutcome
+from rlfactory_nb.types import Trajectory
+
+Advantages = torch.Tensor | list[list[float]]
+"""(N*G,) one per trajectory, or one list of per-token values per trajectory"""
+
+
+def assign_credit(
+    mode: str, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]],
+    scale: bool, gamma: float = 1.0, step_weight: float = 1.0,
+) -> Advantages:
+    """The advantages of `groups` (N groups of G) under `mode` (module docstring); rewards (N, G)."""
+    if not groups:
+        return torch.zeros(0)
+    given = all(o.turn_scores for group in outcomes for o in group)
+    if mode == "episode":
+        if not given:
+            return group_advantages(rewards, scale=scale).flatten()
+        return _by_turn(groups, [[o.turn_scores for o in g] for g in outcomes], scale, gamma)
+    per_turn = [[list(o.turn_scores) if given else turn_rewards(t, o.score) for t, o in zip(g, s)] for g, s in zip(groups, outcomes)]
+    if mode == "turn":
+        return _by_turn(groups, per_turn, scale, gamma)
+    if mode == "step_groups":
+        return _with_step_groups(groups, rewards, per_turn, scale, gamma, step_weight)
+    raise ValueError(f"grpo.advantage must be episode, turn or step_groups, got {mode!r}")
+
+
+def turn_rewards(traj: Trajectory, score: float) -> list[float]:
+    """One reward per assistant turn: the environment's for each turn but the last, which gets the rest
+    of `score` (so the turns sum to it).
+
+    >>> from rlfactory_nb.types import Turn
+    >>> turns = [Turn(text="3", env_reward=0.1), Turn(text="5"), Turn(text="4", env_reward=1.0)]
+    >>> traj = Trajectory(prompt_ids=[1], turns=turns)
+    >>> turn_rewards(traj, 0.9)
+    [0.1, 0.0, 0.8]
+    """
+    if not traj.turns:
+        return []
+    earlier = [float(turn.env_reward or 0.0) for turn in traj.turns[:-1]]
+    return [*earlier, float(score) - sum(earlier)]
+
+
+def state_keys(traj: Trajectory) -> list[str]:
+    """A key of the state each assistant turn starts from (module docstring)."""
+    mask = torch.tensor(traj.loss_mask, dtype=torch.long)
+    starts = _turn_starts(mask)
+    keys = []
+    for k, start in enumerate(starts):
+        state = traj.metadata.get("env_state") if k == 0 else (traj.turns[k - 1].state if k - 1 < len(traj.turns) else None)
+        if state is not None:
+            keys.append("state:" + json.dumps(state, sort_keys=True, default=str))
+        else:
+            keys.append("context:" + ",".join(map(str, [*traj.prompt_ids, *traj.response_ids[:start]])))
+    return keys
+
+
+def turn_advantage_means(traj: Trajectory, per_token: list[float]) -> list[float]:
+    """The advantage of each assistant turn of `traj` (the mean over its tokens), for the views."""
+    index = turn_index(torch.tensor(traj.loss_mask, dtype=torch.long))
+    values = torch.tensor(per_token[: len(index)], dtype=torch.float32)
+    return [round(float(values[index == k].mean()), 4) for k in range(int(index.max()) + 1)] if index.numel() else []
+
+
+def record_turn_advantages(trajectories: list[Trajectory], advantages: Advantages) -> None:
+    """Per-token credit: each trajectory's turn advantages into `metadata["turn_advantages"]`, where
+    the trajectory view shows them beside each turn."""
+    if isinstance(advantages, list):
+        for traj, per_token in zip(trajectories, advantages):
+            traj.metadata["turn_advantages"] = turn_advantage_means(traj, per_token)
+
+
+def _turn_starts(mask: torch.Tensor) -> list[int]:
+    index = turn_index(mask)
+    return [int((index == k).nonzero()[0]) for k in range(int(index.max()) + 1)] if index.numel() else []
+
+
+def _token_turns(groups: list[list[Trajectory]]) -> torch.Tensor:
+    """(N*G, T): the turn of each response token (-1: none)."""
+    flat = [traj for group in groups for traj in group]
+    width = max(max(len(traj.loss_mask) for traj in flat), 1)
+    token_turn = torch.full((len(flat), width), -1, dtype=torch.long)
+    for row, traj in enumerate(flat):
+        token_turn[row, : len(traj.loss_mask)] = turn_index(torch.tensor(traj.loss_mask, dtype=torch.long))
+    return token_turn
+
+
+def _padded(per_turn: list[list[float]], turns: int) -> torch.Tensor:
+    table = torch.zeros(len(per_turn), turns)
+    for row, values in enumerate(per_turn):
+        table[row, : len(values)] = torch.tensor(values[:turns], dtype=torch.float32)
+    return table
+
+
+def _by_turn(groups: list[list[Trajectory]], per_turn: list[list[list[float] | None]], scale: bool, gamma: float) -> list[list[float]]:
+    flat_scores = [list(s or []) for group in per_turn for s in group]
+    token_turn = _token_turns(groups)
+    width = token_turn.shape[-1]
+    turns = max(max(len(s) for s in flat_scores), int(token_turn.max()) + 1, 1)
+    size = len(groups[0])
+    per_token = turn_advantages(
+        _padded(flat_scores, turns).view(len(groups), size, turns), token_turn.view(len(groups), size, width),
+        scale=scale, gamma=gamma,
+    ).view(-1, width)
+    return _rows(groups, per_token)
+
+
+def _with_step_groups(
+    groups: list[list[Trajectory]], rewards: torch.Tensor, per_turn: list[list[list[float]]],
+    scale: bool, gamma: float, step_weight: float,
+) -> list[list[float]]:
+    token_turn = _token_turns(groups)
+    episode = group_advantages(rewards, scale=scale).flatten()  # (N*G,)
+    turns = max(int(token_turn.max()) + 1, 1)
+    steps = []
+    for group, scores in zip(groups, per_turn):
+        returns = reward_to_go(_padded(scores, turns), gamma)  # (G, K)
+        ids: dict[str, int] = {}
+        states = torch.full((len(group), turns), -1, dtype=torch.long)
+        for row, traj in enumerate(group):
+            for k, key in enumerate(state_keys(traj)[:turns]):
+                states[row, k] = ids.setdefault(key, len(ids))
+        steps.append(step_group_advantages(returns, states, scale=scale))
+    step = torch.cat(steps)  # (N*G, K)
+    in_turn = token_turn >= 0  # (N*G, T)
+    per_token = episode.unsqueeze(-1) + step_weight * step.gather(-1, token_turn.clamp(min=0))  # (N*G, T)
+    return _rows(groups, torch.where(in_turn, per_token, torch.zeros_like(per_token)))
+
+
+def _rows(groups: list[list[Trajectory]], per_token: torch.Tensor) -> list[list[float]]:
+    flat = [traj for group in groups for traj in group]
+    return [per_token[row, : len(traj.response_ids)].tolist() for row, traj in enumerate(flat)]
