@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 NOTEBOOKS = ("01_setup_tools.ipynb", "02_reward_design.ipynb", "03_train_grpo.ipynb", "04_eval.ipynb")
-DEMO_PARAMETERS: dict[str, Any] = {"steps": 24, "prompts_per_step": 16, "group_size": 8, "max_staleness": 1, "eval_size": 32}
+DEMO_PARAMETERS: dict[str, Any] = {"steps": 16, "prompts_per_step": 16, "group_size": 8, "max_staleness": 1, "eval_size": 32}
 """what `make demo` trains with: enough steps for the tiny model's reward to rise (a few minutes)"""
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
