@@ -104,6 +104,11 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
                 _load_object(spec)
             except (ImportError, ValueError) as error:
                 problems.append(f"{key}: {error}")
+    if cfg.rollout.program is not None and cfg.rollout.env is not None:
+        problems.append(
+            "rollout.program: an agent program does not play rollout.env's episodes yet (its tools are the run's "
+            "ToolSet, and the environment's reward would score every episode 0): set one of the two"
+        )
     if cfg.grpo.advantage != "episode" and (objects.agent is not None or cfg.rollout.program is not None):
         problems.append(
             f"grpo.advantage: {cfg.grpo.advantage!r} credits the turns of an episode the loop plays; an agent "

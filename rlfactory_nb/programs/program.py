@@ -39,7 +39,8 @@ from rlfactory_nb.programs.handle import LLM, ProgramSettings
 from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
 from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
 from rlfactory_nb.rollout.seeds import SampleId
-from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens
+from rlfactory_nb.rollout.agent import thinking_mode
+from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens, thinks_by_default
 from rlfactory_nb.types import Message, Trajectory, Turn
 
 ProgramFunction = Callable[[dict[str, Any], "LLM"], Awaitable[Any] | Any]
@@ -84,12 +85,13 @@ class AgentProgram:
     ) -> AgentProgram:
         """This program on a run's engine, tools, limits and sampling (`cfg.rollout`); the run's
         sampling wins over requests. What `Runtime.agent()` returns when the run has a program."""
-        settings = self.settings
+        settings, thinking = self.settings, None
         if cfg is not None:
-            rollout = cfg.rollout
+            rollout, thinking = cfg.rollout, thinking_mode(cfg)
             temperature = rollout.temperature if temperature is None else temperature
             settings = replace(
                 settings, chat_format=rollout.chat_format, request_sampling=False, drift=drift or rollout.drift_check,
+                enable_thinking=settings.enable_thinking if thinking is None else thinking,
                 limits=Limits(rollout.max_turns, rollout.max_new_tokens, rollout.max_total_tokens),
                 sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
             )
@@ -98,6 +100,8 @@ class AgentProgram:
             tools=tools if tools is not None else self.tools, tokenizer=self._tokenizer, settings=settings,
         )
         bound._root = self._root
+        if cfg is not None and thinking is None:  # unset, and no mode recorded: the template's default, as rf.Agent's
+            bound.settings = replace(bound.settings, enable_thinking=thinks_by_default(bound.tokenizer))
         return bound
 
     # ------------------------------------------------------------------ what callers of an Agent use

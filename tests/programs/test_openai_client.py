@@ -276,3 +276,18 @@ def test_every_segment_of_every_episode_trains(tmp_path):
     assert row["groups/trained"] == 2 and row["program/forks"] == 4 and all(len(t.metadata["segments"]) == 1 for t in saved)
     sampled = sum(sum(t.loss_mask) + sum(sum(s["loss_mask"]) for s in t.metadata["segments"]) for t in saved)
     assert row["train/tokens"] == sampled * cfg.grpo.ppo_epochs  # both segments of all 4 episodes trained
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+async def test_a_run_s_thinking_mode_reaches_the_program_through_bind(replay, tiny_policy, thinking):
+    async def asks(row, llm):
+        reply = await llm.client().chat.completions.create(model=llm.model, messages=row["messages"])
+        return reply.choices[0].message.content
+
+    program, engine = replay(["hello"], asks)
+    cfg = RunConfig.from_dict({"name": "t", "rollout": {"enable_thinking": thinking}})
+    bound = program.bind(cfg=cfg, engine=engine)
+    assert bound.enable_thinking is thinking
+    await bound.rollout({"messages": QUESTION})
+    rendered = tiny_policy.tokenizer.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
+    assert tiny_policy.tokenizer.decode(engine.prompts[0]) == rendered  # the prompt the program's call was served
