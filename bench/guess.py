@@ -1,10 +1,12 @@
 """Does the guessing game learn? The example config (examples/guess/config.yaml) on the tiny-guess
 preset, once per seed: held-out reward before and after GRPO.
 
-    OMP_NUM_THREADS=1 python bench/guess.py [--quick] [--seeds 0 1] [--steps N] [--out runs/bench-guess]
+    OMP_NUM_THREADS=1 python bench/guess.py [--quick] [--seeds 0 1] [--steps N] [--advantage episode step_groups]
+                                            [--set key=value ...] [--out runs/bench-guess]
 
-The run is the example's config with only the seed, the steps and the output folder overridden, so
-the figures describe what `rlfactory-nb train examples/guess/config.yaml` trains. Held-out: the 256
+The run is the example's config with only the seed, the steps, the advantage mode (`grpo.advantage`,
+each given mode run side by side) and the output folder overridden, plus any `--set` keys, so the
+figures describe what `rlfactory-nb train examples/guess/config.yaml` trains. Held-out: the 256
 games of examples/guess/data/heldout.jsonl, one sampled (temperature 1) and one greedy rollout each.
 Reference points (exact, over a range's seven secrets with the game's reward): a player who guesses at
 random among the numbers the hints allow, as the warm-start's teacher does, scores 0.660; bisection 0.857.
@@ -32,6 +34,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=None, help="default: the config's")
+    parser.add_argument("--advantage", nargs="+", default=[None], help="grpo.advantage modes, run side by side (default: the config's)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-guess"))
     parser.add_argument("--quick", action="store_true", help="one seed, 40 steps")
     args = parser.parse_args(argv)
@@ -40,28 +44,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run(seed: int, steps: int | None, out: Path) -> dict:
-    overrides = {"name": f"seed{seed}", "output_dir": str(out.resolve()), "grpo.seed": seed}
+def run(seed: int, steps: int | None, out: Path, advantage: str | None, extra: list[str]) -> dict:
+    overrides = {"name": f"{advantage or 'config'}-seed{seed}", "output_dir": str(out.resolve()), "grpo.seed": seed}
     if steps is not None:
         overrides["grpo.steps"] = steps
-    cfg = rf.example("guess").config(overrides)
+    if advantage is not None:
+        overrides["grpo.advantage"] = advantage
+    cfg = rf.example("guess").config(overrides).replace(extra)
     started = time.monotonic()
     result = rf.train_sync(cfg, replace=True)
     metrics = read_metrics(result.run_dir)
     evals = {m["step"]: (m["eval/sampled_reward/mean"], m["eval/greedy_reward/mean"])
              for m in metrics if "eval/sampled_reward/mean" in m}
     train = [m["reward/mean"] for m in metrics if "reward/mean" in m]
-    return {"seed": seed, "seconds": round(time.monotonic() - started), "evals": evals,
+    return {"seed": seed, "advantage": cfg.grpo.advantage, "seconds": round(time.monotonic() - started), "evals": evals,
             "train_first10": statistics.fmean(train[:10]), "train_last10": statistics.fmean(train[-10:])}
 
 
 def main() -> None:
     args = parse_args(sys.argv[1:])
     machine = machine_line()
-    runs = [run(seed, args.steps, args.out) for seed in args.seeds]
+    runs = [run(seed, args.steps, args.out, mode, args.set) for seed in args.seeds for mode in args.advantage]
     steps = sorted(runs[0]["evals"])
-    header = ["seed", *(f"step {s}: sampled / greedy" for s in steps), "train reward, first 10 -> last 10 steps", "wall s"]
-    rows = [[r["seed"], *(f"{r['evals'][s][0]:.3f} / {r['evals'][s][1]:.3f}" for s in steps),
+    header = ["grpo.advantage", "seed", *(f"step {s}: sampled / greedy" for s in steps), "train reward, first 10 -> last 10 steps", "wall s"]
+    rows = [[r["advantage"], r["seed"], *(f"{r['evals'][s][0]:.3f} / {r['evals'][s][1]:.3f}" for s in steps),
              f"{r['train_first10']:.3f} -> {r['train_last10']:.3f}", r["seconds"]] for r in runs]
     gain = [r["evals"][steps[-1]][0] - r["evals"][steps[0]][0] for r in runs]
     bullets = [
