@@ -30,6 +30,7 @@ from rlfactory_nb.algo.advantages import (
     turn_advantages,
     turn_index,
 )
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.rewards.runner import RewardOutcome
 from rlfactory_nb.types import Trajectory
 
@@ -54,7 +55,7 @@ def assign_credit(
         return _by_turn(groups, per_turn, scale, gamma)
     if mode == "step_groups":
         return _with_step_groups(groups, rewards, per_turn, scale, gamma, step_weight)
-    raise ValueError(f"grpo.advantage must be episode, turn or step_groups, got {mode!r}")
+    raise ConfigError(f"grpo.advantage must be episode, turn or step_groups, got {mode!r}")
 
 
 def turn_rewards(traj: Trajectory, score: float) -> list[float]:
