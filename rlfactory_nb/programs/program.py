@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from rlfactory_nb._async import run_sync
+from rlfactory_nb._threads import in_thread
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError, DatasetError
@@ -306,7 +307,7 @@ class ProgramSession:
         fn = self.program.fn
         if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
             return await fn(self.row, llm)
-        return await asyncio.to_thread(_call_plain, fn, self.row, llm)
+        return await in_thread("program", fn, self.row, llm)
 
     def _finish(self) -> None:
         if self._result is None:
@@ -319,10 +320,6 @@ class ProgramSession:
     def _assemble(self, episode: Episode) -> Trajectory:
         calls = list(self._episode.calls)
         return assemble(self.program.serving(), calls, episode, self.id, self.program.settings.drift)
-
-
-def _call_plain(fn: Callable[..., Any], row: dict[str, Any], llm: LLM) -> Any:
-    return fn(row, llm)
 
 
 async def _outcome(program: asyncio.Task, timeout_s: float) -> tuple[Any, str | None]:
