@@ -1,15 +1,18 @@
 """The OpenAI-compatible endpoint an agent program talks to: `/v1/chat/completions` and `/v1/models`.
 
 One endpoint serves every episode of a program in this process, on 127.0.0.1 and a free port, on the
-event loop the rollouts run on (so a call reaches the engine without a thread hop). Each episode is a
-session (sessions.py) reached at `/s/<session>/v1` with its own key; a key is checked against the
-session in the path, so no episode reads or extends another's calls. A request may also name its
+event loop the rollouts run on (so a call reaches the engine without a thread hop), while any episode
+is open (program.py starts it once and closes it after the last). Each episode is a session
+(sessions.py) reached at `/s/<session>/v1` with its own key; a key is checked against the session in
+the path, from the headers and before the body is read, so no episode reads or extends another's
+calls and a process without a key makes the endpoint hold nothing. A request may also name its
 session by key alone, at `/v1`. Requests come two ways into one `serve`: over HTTP (aiohttp, for a
 framework given `llm.base_url`) and in memory (local.py, for the client `llm.client()` gives).
 
 Errors are OpenAI's shape (`{"error": {"message", "param", "code"}}`), each naming the field or limit:
-malformed JSON, a body over `max_body_bytes`, an unknown model, `n > 1`, a closed session, a call past
-the episode's calls or tokens. `stream: true` replays the finished reply as server-sent events.
+malformed JSON or a field of the wrong type, a body over `max_body_bytes`, an unknown model, `n > 1`,
+a closed session, a client of another episode (409), a call past the episode's calls or tokens.
+`stream: true` replays the finished reply as server-sent events.
 
 aiohttp is the server: Ray's default install brings it, so the endpoint adds no dependency.
 """
