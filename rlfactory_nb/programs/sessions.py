@@ -293,11 +293,12 @@ class EpisodeSession:
 
 
 def kept_chars(request: ChatRequest, chat_format: ChatFormat) -> int:
-    """Characters of the request's messages that every render of them writes: each message's
-    content, less what a template may drop (reasoning, in its field or before the family's closing
-    marker). A lower bound on the prompt's length, read without rendering."""
+    """Characters of the request that a render of it writes: each message's content, less what a
+    template may drop (reasoning, in its field or before the family's closing marker), and the tools'
+    schemas (templates write them as JSON). A lower bound on the prompt's length, read without
+    rendering."""
     close = chat_format.reasoning.close if chat_format.reasoning is not None else None
-    total = 0
+    total = len(json.dumps(request.tools, ensure_ascii=False)) if request.tools else 0
     for message in request.messages:
         content = text_of(message.get("content"))
         if message["role"] == "assistant" and close:

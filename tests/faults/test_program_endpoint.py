@@ -213,12 +213,18 @@ async def test_an_oversize_prompt_is_refused_before_any_render_and_no_refusal_is
                 await ask(client, messages=[{"role": "user", "content": "word " * words}])
             except openai.BadRequestError as error:
                 seen[case] = (error.message, len(renders))
+        huge_tool = {"type": "function", "function": {"name": "f", "description": "word " * 400_000, "parameters": {}}}
+        try:
+            await ask(client, tools=[huge_tool])
+        except openai.BadRequestError as error:
+            seen["huge tools"] = (error.message, len(renders))
         return "done"
 
     program, engine = program_of(oversize, max_total_tokens=256, max_calls=8)
     await program.rollout(ROW)
     assert engine.prompts == [] and all("max_total_tokens=256" in message for message, _ in seen.values())
     assert seen["huge"][1] == 0, "the 2 MiB prompt was rendered before it was refused"
+    assert seen["huge tools"][1] == seen["over again"][1], "the 2 MiB tool schema was rendered before it was refused"
     assert seen["over again"][1] == seen["over"][1] + 1, "a refused prompt was kept and served from the cache"
 
 
