@@ -130,8 +130,10 @@ class RolloutConfig:
     env: NonEmptyStr | None = None
     """an Environment per trajectory, as "module:Class" (or a zero-argument factory); unset: the
     tools file's ToolSet is the environment (rlfactory_nb/envs/)"""
-    env_timeout_s: PositiveFloat | None = None
-    """seconds one episode may spend in its steps; past it the episode ends with a "timeout" error"""
+    env_timeout_s: PositiveFloat | None = 3600.0
+    """seconds one episode may spend in its steps (generation and environment); past it the episode
+    ends with a "timeout" error, so a hung environment ends its episode instead of holding the step
+    forever; raise it for episodes that generate for longer; None: no bound"""
     max_open_envs: PositiveInt | None = None
     """environment instances running at once (each may hold a process or a database); unset: no bound"""
     env_reward: Literal["auto", "reward", "logged", "off"] = "auto"

@@ -18,6 +18,7 @@
     │                 JudgeError (RuntimeError): JudgeParseError (also ValueError),
     │                 InvalidRewardValue, SampleError, RewardModelError (ValueError),
     │                 RewardLoadError (ImportError), RewardTimeout (TimeoutError)
+    ├── HungCallsError (RuntimeError)
     ├── TrainingError (RuntimeError): StepFailed, StaleSamples
     ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError, JobTimeout (TimeoutError)
     └── StorageError (OSError): PathNotFoundError (FileNotFoundError),
@@ -251,6 +252,12 @@ class LabNotSampled(ScoringError, RuntimeError):
 
 class RewardModelError(ScoringError, ValueError):
     """A reward model that cannot be loaded or used as asked; the message names the folder."""
+
+
+class HungCallsError(RLFactoryError, RuntimeError):
+    """Too many calls of one kind of the user's blocking code (tools, environments, programs,
+    rewards) still run after their callers gave up on them: new calls of that kind are refused
+    (rlfactory_nb/_threads.py)."""
 
 
 class TrainingError(RLFactoryError, RuntimeError):

@@ -1,15 +1,18 @@
 """The OpenAI-compatible endpoint an agent program talks to: `/v1/chat/completions` and `/v1/models`.
 
 One endpoint serves every episode of a program in this process, on 127.0.0.1 and a free port, on the
-event loop the rollouts run on (so a call reaches the engine without a thread hop). Each episode is a
-session (sessions.py) reached at `/s/<session>/v1` with its own key; a key is checked against the
-session in the path, so no episode reads or extends another's calls. A request may also name its
+event loop the rollouts run on (so a call reaches the engine without a thread hop), while any episode
+is open (program.py starts it once and closes it after the last). Each episode is a session
+(sessions.py) reached at `/s/<session>/v1` with its own key; a key is checked against the session in
+the path, from the headers and before the body is read, so no episode reads or extends another's
+calls and a process without a key makes the endpoint hold nothing. A request may also name its
 session by key alone, at `/v1`. Requests come two ways into one `serve`: over HTTP (aiohttp, for a
 framework given `llm.base_url`) and in memory (local.py, for the client `llm.client()` gives).
 
 Errors are OpenAI's shape (`{"error": {"message", "param", "code"}}`), each naming the field or limit:
-malformed JSON, a body over `max_body_bytes`, an unknown model, `n > 1`, a closed session, a call past
-the episode's calls or tokens. `stream: true` replays the finished reply as server-sent events.
+malformed JSON or a field of the wrong type, a body over `max_body_bytes`, an unknown model, `n > 1`,
+a closed session, a client of another episode (409), a call past the episode's calls or tokens.
+`stream: true` replays the finished reply as server-sent events.
 
 aiohttp is the server: Ray's default install brings it, so the endpoint adds no dependency.
 """
@@ -20,6 +23,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +36,13 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """the largest request body served; a longer one is refused with 413"""
+
+_SHUTDOWN_S = 2.0
+"""how long closing waits for requests in flight (an abandoned program's) before cancelling them"""
+
+EPISODE_HEADER = "X-RLFactory-Episode"
+"""the session of the episode whose program sends a request, set by the clients `llm` makes; a request
+whose path or key names another session is refused with 409 (a client kept across episodes)"""
 
 
 class Endpoint:
@@ -55,7 +66,7 @@ class Endpoint:
             return self
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_route("*", "/{path:.*}", self._handle)  # `serve` routes, for aiohttp and in memory alike
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_S)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
         await site.start()
@@ -84,19 +95,35 @@ class Endpoint:
 
     # ------------------------------------------------------------------ handlers
 
-    async def serve(self, method: str, path: str, authorization: str, body: bytes) -> Reply:
+    async def serve(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         """Answer one request, whichever way it came (aiohttp here, or `local.py` in memory)."""
+        try:
+            admitted = self.admit(method, path, headers)
+        except RequestError as error:
+            return _error(error)
+        return await self.answer(admitted, body)
+
+    def admit(self, method: str, path: str, headers: Mapping[str, str]) -> Admitted:
+        """The route and session a request reaches, from its method, path and headers alone: a
+        request without a session's key is refused before its body is read."""
         route = _ROUTE.match(path)
         if route is None:
-            return _error(RequestError(404, f"no route {path}: this endpoint serves /v1/chat/completions and /v1/models", None, "not_found"))
+            raise RequestError(404, f"no route {path}: this endpoint serves /v1/chat/completions and /v1/models", None, "not_found")
         wanted = "GET" if route["route"] == "models" else "POST"
         if method != wanted:
-            return _error(RequestError(405, f"{path} takes {wanted}, not {method}", None, "method_not_allowed"))
+            raise RequestError(405, f"{path} takes {wanted}, not {method}", None, "method_not_allowed")
+        authorization = headers.get("Authorization") or ""
+        key = authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
+        session = self._session(key, route["session"], headers.get(EPISODE_HEADER))
+        return Admitted(route["route"], session)
+
+    async def answer(self, admitted: Admitted, body: bytes) -> Reply:
+        """Serve an admitted request with its body."""
+        session = admitted.session
+        if admitted.route == "models":
+            name = session.serving.model_name
+            return _json_reply({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "rlfactory-nb"}]})
         try:
-            session = self._session(authorization, route["session"])
-            if wanted == "GET":
-                name = session.serving.model_name
-                return _json_reply({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "rlfactory-nb"}]})
             if len(body) > self.max_body_bytes:
                 raise RequestError(413, _too_large(len(body), self.max_body_bytes), None, "body_too_large")
             chat = parse_request(_parse_json(body))
@@ -109,15 +136,17 @@ class Endpoint:
         except RequestError as error:
             return _error(error)
         except Exception as error:  # the program gets a named error; the episode goes on
-            log.exception("endpoint: a call of session %s failed", route["session"])
+            log.exception("endpoint: a call of session %s failed", session.id)
             return _error(RequestError(500, f"the endpoint failed on this call: {type(error).__name__}: {error}", None, "server_error"))
         if chat.stream:
             return Reply(200, b"".join(sse_chunks(completion, chat.include_usage)), "text/event-stream")
         return _json_reply(completion)
 
-    def _session(self, authorization: str, named: str | None) -> EpisodeSession:
-        key = authorization[7:].strip() if authorization.lower().startswith("bearer ") else ""
+    def _session(self, key: str, named: str | None, caller: str | None) -> EpisodeSession:
         by_key = self._by_key.get(key)
+        addressed = named or (by_key.id if by_key is not None else None)
+        if caller and addressed and caller != addressed:
+            raise self._misrouted(caller, addressed)
         if named is None:
             if by_key is None:
                 raise RequestError(401, "no session has this API key: use the llm handle's api_key", None, "invalid_api_key")
@@ -132,14 +161,29 @@ class Endpoint:
             )
         return session
 
+    def _misrouted(self, caller: str, addressed: str) -> RequestError:
+        """A client of one episode called from another episode's program: refused, and the calling
+        episode ends with the error even if its program catches it (its calls went nowhere)."""
+        message = (
+            f"the program of episode {caller} called with a client of episode {addressed}: a client from "
+            "llm.client() (or llm.base_url and llm.api_key) serves only the episode it was made for; make "
+            "one in each episode instead of keeping one across episodes"
+        )
+        calling = self.sessions.get(caller)
+        if calling is not None and calling.misuse is None:
+            calling.misuse = message
+        return RequestError(409, message, None, "client_of_another_episode")
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        """aiohttp's way in: read the body (aiohttp enforces `max_body_bytes` as it reads), then serve."""
+        """aiohttp's way in: admit the request by its headers, then read the body (at most
+        `max_body_bytes`, enforced as it reads), then serve."""
         try:
+            admitted = self.admit(request.method, request.path, request.headers)
             body = await _read(request, self.max_body_bytes) if request.method == "POST" else b""
         except RequestError as error:
             reply = _error(error)
         else:
-            reply = await self.serve(request.method, request.path, request.headers.get("Authorization", ""), body)
+            reply = await self.answer(admitted, body)
         if reply.content_type != "text/event-stream":
             return web.Response(body=reply.body, status=reply.status, content_type=reply.content_type)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -147,6 +191,14 @@ class Endpoint:
         await response.write(reply.body)
         await response.write_eof()
         return response
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request the endpoint let in: its route ("chat/completions" or "models") and its session."""
+
+    route: str
+    session: EpisodeSession
 
 
 @dataclass(frozen=True)
@@ -179,6 +231,8 @@ def _parse_json(raw: bytes) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise RequestError(400, f"the request body is not valid JSON: {error}", None, "invalid_json") from None
+    except RecursionError:
+        raise RequestError(400, "the request body nests deeper than JSON is read here", None, "invalid_json") from None
 
 
 def _too_large(size: int | None, limit: int) -> str:

@@ -8,14 +8,19 @@ tools) and how its episodes are served (`ProgramSettings`).
 from __future__ import annotations
 
 import inspect
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlfactory_nb.chat import ChatFormat
 from rlfactory_nb.engines.base import SamplingParams
 from rlfactory_nb.programs import local
-from rlfactory_nb.programs.endpoint import MAX_BODY_BYTES, Endpoint
+from rlfactory_nb.programs.endpoint import EPISODE_HEADER, MAX_BODY_BYTES, Endpoint
 from rlfactory_nb.programs.sessions import Limits
+
+CALLER: ContextVar[str | None] = ContextVar("rlfactory_nb_program_episode", default=None)
+"""the session of the episode whose program runs in this context (its task, and the threads it
+starts with the context copied); the clients `llm` makes send it with each request (EPISODE_HEADER)"""
 
 
 @dataclass(frozen=True)
@@ -76,11 +81,14 @@ class LLM:
         # loopback: no TLS, and so no certificate store to load (56 ms a client, measured).
         size = self._settings.max_connections
         limits = http.Limits(max_connections=size, max_keepalive_connections=size)
+        # Each request says which episode's program sends it, so a client kept across episodes is
+        # refused (endpoint.py) instead of writing one episode's calls into another's trajectory.
+        hooks = {"request": [_name_caller_async if transport is local.LocalTransport else _name_caller]}
         if self._settings.in_memory and self._endpoint is not None:
             # no socket at all: the requests reach the endpoint in this process in memory (local.py)
-            client = http_client(transport=transport(self._endpoint, http))
+            client = http_client(transport=transport(self._endpoint, http), event_hooks=hooks)
         else:
-            client = http_client(limits=limits, verify=False)
+            client = http_client(limits=limits, verify=False, event_hooks=hooks)
         return {
             "base_url": self.base_url, "api_key": self.api_key, "max_retries": 0,
             "timeout": self._settings.timeout_s, "http_client": client, **options,
@@ -95,3 +103,13 @@ class LLM:
             closed = client.close()
             if inspect.isawaitable(closed):
                 await closed
+
+
+def _name_caller(request: Any) -> None:
+    caller = CALLER.get()
+    if caller is not None:
+        request.headers[EPISODE_HEADER] = caller
+
+
+async def _name_caller_async(request: Any) -> None:
+    _name_caller(request)

@@ -50,7 +50,7 @@ class LocalTransport:
 
     async def handle_async_request(self, request: Any) -> Any:
         body = await request.aread()
-        work = self.endpoint.serve(request.method, request.url.path, request.headers.get("authorization", ""), body)
+        work = self.endpoint.serve(request.method, request.url.path, request.headers, body)
         loop = self.endpoint.loop
         if loop is None or loop is asyncio.get_running_loop():
             reply = await _bounded(self.http, work, request)
@@ -79,7 +79,7 @@ class LocalSyncTransport:
                 "llm.sync_client() was called on the endpoint's event loop, where it would block the loop it "
                 "waits for: use `await llm.client()...` in an async program, or run the plain function in a thread"
             )
-        work = self.endpoint.serve(request.method, request.url.path, request.headers.get("authorization", ""), request.read())
+        work = self.endpoint.serve(request.method, request.url.path, request.headers, request.read())
         reply = asyncio.run_coroutine_threadsafe(_bounded(self.http, work, request), loop).result()
         return _response(self.http, reply, request)
 

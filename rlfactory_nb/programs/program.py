@@ -30,12 +30,13 @@ from dataclasses import replace
 from typing import Any
 
 from rlfactory_nb._async import run_sync
+from rlfactory_nb._threads import in_thread
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError, DatasetError
 from rlfactory_nb.programs.assembly import Episode, assemble
 from rlfactory_nb.programs.endpoint import Endpoint
-from rlfactory_nb.programs.handle import LLM, ProgramSettings
+from rlfactory_nb.programs.handle import CALLER, LLM, ProgramSettings
 from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
 from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
 from rlfactory_nb.rollout.agent import thinking_mode
@@ -72,7 +73,8 @@ class AgentProgram:
         self._tokenizer = tokenizer
         self.settings = _with_options(settings or ProgramSettings(), options)
         self._serving: Serving | None = None
-        self._endpoint: Endpoint | None = None
+        self._endpoint: asyncio.Task[Endpoint] | None = None
+        """the start of the endpoint the program's episodes use now (endpoint())"""
         self._root: AgentProgram = self
         """the program this one was bound from: its endpoint serves every binding (one per process)"""
         self.drift_count = 0
@@ -176,18 +178,34 @@ class AgentProgram:
         return self._serving
 
     async def endpoint(self) -> Endpoint:
-        """This process's endpoint for the program, on the running event loop (started on first use)."""
+        """This process's endpoint for the program, on the running event loop: started by the first
+        episode (concurrent first episodes await the same start, so one socket listens), closed when
+        the last episode open on it ends (`release`)."""
         root, loop = self._root, asyncio.get_running_loop()
-        if root._endpoint is None or root._endpoint.loop is not loop:
-            root._endpoint = await Endpoint(root.settings.max_body_bytes).start()
-        return root._endpoint
+        starting = root._endpoint
+        if starting is None or starting.get_loop() is not loop or (starting.done() and _failed(starting)):
+            starting = root._endpoint = loop.create_task(Endpoint(root.settings.max_body_bytes).start())
+        return await asyncio.shield(starting)
+
+    async def release(self, endpoint: Endpoint) -> None:
+        """Close `endpoint` once no episode is open on it: a run's episodes ended, nothing listens."""
+        if endpoint.sessions:
+            return
+        root = self._root
+        current = root._endpoint
+        if current is not None and current.done() and not _failed(current) and current.result() is endpoint:
+            root._endpoint = None  # the next episode starts a new one, even while this one closes
+        await endpoint.close()
 
     async def close(self) -> None:
         """Stop the endpoint (the engine stays the caller's)."""
         root = self._root
-        if root._endpoint is not None and root._endpoint.loop is asyncio.get_running_loop():
-            await root._endpoint.close()
-        root._endpoint = None
+        starting, root._endpoint = root._endpoint, None
+        if starting is None or starting.get_loop() is not asyncio.get_running_loop():
+            return
+        await asyncio.wait([starting])
+        if not _failed(starting):
+            await starting.result().close()
 
     def __getstate__(self) -> dict[str, Any]:
         """What travels to a cluster: the function and settings; the run brings engine and tools."""
@@ -268,24 +286,28 @@ class ProgramSession:
         self._task = asyncio.ensure_future(self._play(endpoint, llm))
 
     async def _play(self, endpoint: Endpoint, llm: LLM) -> tuple[Any, str | None]:
-        """Run the program to its end; (answer, error) with every failure named, never raised."""
-        settings, fn = self.program.settings, self.program.fn
+        """Run the program to its end or its timeout; (answer, error) with every failure named,
+        never raised. At the timeout the episode ends whether or not the program stops: one that
+        ignores its cancellation runs on abandoned, and the endpoint refuses its later calls."""
+        CALLER.set(self._episode.id)  # this task's context, copied into the program's task and thread
+        program = asyncio.ensure_future(self._program(llm))
         try:
-            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
-                work = fn(self.row, llm)
-            else:
-                work = asyncio.to_thread(_call_plain, fn, self.row, llm)
-            answer, error = await asyncio.wait_for(work, settings.timeout_s), None
-        except TimeoutError:
-            answer, error = None, f"the program ran past its episode timeout (timeout_s={settings.timeout_s:g})"
-        except Exception as exc:  # noqa: BLE001  (the program's own failure is data for this episode)
-            answer, error = None, f"the program raised {type(exc).__name__}: {str(exc)[:500]}"
+            answer, error = await _outcome(program, self.program.settings.timeout_s)
         finally:
             endpoint.forget(self._episode)
             await llm.aclose()
+            await self.program.release(endpoint)
+        if self._episode.misuse is not None:
+            return None, self._episode.misuse
         if error is None and not isinstance(answer, str):
             error = f"the program returned a {type(answer).__name__}, not a str (its answer must be text)"
         return answer, error
+
+    async def _program(self, llm: LLM) -> Any:
+        fn = self.program.fn
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+            return await fn(self.row, llm)
+        return await in_thread("program", fn, self.row, llm)
 
     def _finish(self) -> None:
         if self._result is None:
@@ -300,8 +322,35 @@ class ProgramSession:
         return assemble(self.program.serving(), calls, episode, self.id, self.program.settings.drift)
 
 
-def _call_plain(fn: Callable[..., Any], row: dict[str, Any], llm: LLM) -> Any:
-    return fn(row, llm)
+async def _outcome(program: asyncio.Task, timeout_s: float) -> tuple[Any, str | None]:
+    """The program's (answer, error) by `timeout_s`; past it the program is cancelled and left
+    behind, not waited for (a program that swallows the cancellation cannot hold its episode)."""
+    try:
+        await asyncio.wait([program], timeout=timeout_s)
+    except asyncio.CancelledError:
+        program.cancel()
+        raise
+    if not program.done():
+        program.cancel()
+        program.add_done_callback(_drop_outcome)
+        return None, f"the program ran past its episode timeout (timeout_s={timeout_s:g})"
+    if program.cancelled():
+        return None, "the program was cancelled"
+    error = program.exception()
+    if error is not None:
+        return None, f"the program raised {type(error).__name__}: {str(error)[:500]}"
+    return program.result(), None
+
+
+def _drop_outcome(program: asyncio.Task) -> None:
+    """Read an abandoned program's late outcome, so that asyncio does not log it as never retrieved."""
+    if not program.cancelled():
+        program.exception()
+
+
+def _failed(task: asyncio.Task) -> bool:
+    """Whether a finished task failed (cancelled or raised)."""
+    return task.cancelled() or task.exception() is not None
 
 
 def _row(messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, Any]:

@@ -62,8 +62,7 @@ def parse_request(body: Any) -> ChatRequest:
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise RequestError(400, "'messages' must be a non-empty list of message objects", "messages")
     for index, message in enumerate(messages):
-        if message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
-            raise RequestError(400, f"messages[{index}].role {message.get('role')!r} is not a chat role", "messages")
+        _check_message(f"messages[{index}]", message)
     n = body.get("n", 1)
     if n not in (None, 1):
         raise RequestError(400, f"n={n!r}: this endpoint returns one choice per request (n=1); send n requests", "n")
@@ -74,11 +73,11 @@ def parse_request(body: Any) -> ChatRequest:
     if not (tool_choice in ("auto", "none", "required") or _is_named_choice(tool_choice)):
         raise RequestError(400, f"tool_choice {tool_choice!r}: use auto, none, required or a function", "tool_choice")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and not (isinstance(max_tokens, int) and max_tokens >= 1):
+    if max_tokens is not None and not (_is_integer(max_tokens) and max_tokens >= 1):
         raise RequestError(400, f"max_tokens={max_tokens!r} must be an integer >= 1", "max_tokens")
     stop = body.get("stop") or ()
-    stop = (stop,) if isinstance(stop, str) else tuple(stop)
-    if not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
+    stop = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stop, list | tuple) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
         raise RequestError(400, "'stop' must be a string or a list of at most 4 non-empty strings", "stop")
     sampling = {key: body[key] for key in SAMPLING_FIELDS if body.get(key) is not None}
     options = body.get("stream_options") or {}
@@ -88,11 +87,39 @@ def parse_request(body: Any) -> ChatRequest:
         tools=tools or None,
         tool_choice=tool_choice,
         max_tokens=max_tokens,
-        stop=stop,
+        stop=tuple(stop),
         stream=bool(body.get("stream", False)),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         sampling=sampling,
     )
+
+
+def _check_message(where: str, message: dict[str, Any]) -> None:
+    """A message's fields have the types OpenAI gives them, so that reading it cannot fail later: a
+    chat role; content as text, None or text parts; tool calls as a list of function calls."""
+    if message.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+        raise RequestError(400, f"{where}.role {message.get('role')!r} is not a chat role", "messages")
+    for key in ("content", "reasoning_content"):
+        content = message.get(key)
+        if isinstance(content, list) and not all(isinstance(part, dict) and isinstance(part.get("text", ""), str) for part in content):
+            raise RequestError(400, f"{where}.{key}: each part must be an object whose 'text' is a string", "messages")
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list) or not all(_is_function_call(call) for call in calls):
+        raise RequestError(
+            400, f"{where}.tool_calls must be a list of {{'id', 'type': 'function', 'function': {{'name': str, "
+            "'arguments': str}} objects", "messages",
+        )
+
+
+def _is_function_call(call: Any) -> bool:
+    function = call.get("function") if isinstance(call, dict) else None
+    return isinstance(function, dict) and isinstance(function.get("name", ""), str)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_function_tool(tool: Any) -> bool:
@@ -127,7 +154,7 @@ def calls_of(message: dict[str, Any]) -> list[ToolCall]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # nested past what json reads: kept as text
                 pass
         calls.append(ToolCall(str(function.get("name", "")), arguments))
     return calls

@@ -18,7 +18,7 @@ The pool is bounded (`max_workers` processes) and its callers may be abandoned: 
 timeout gives up on a sync reward's thread, which cannot be killed. Such a call used to stay queued
 for a worker, and a hostile answer's worker computed on for its whole `timeout_s`, so the next
 step's correct answers waited behind work nobody would read and scored 0 on the runner's timeout.
-Now a call run under `rewards.threads.in_daemon_thread` watches its `abandoned()` event: abandoned
+Now a call run under `_threads.in_thread` watches its `abandoned()` event: abandoned
 while waiting for a worker, it leaves the queue; while its worker computes, the worker is killed
 (and replaced by the next call that finds no idle worker, as after a timeout).
 """
@@ -39,8 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb._threads import abandoned
 from rlfactory_nb.errors import ConfigError, RewardTimeout, RewardWorkerError
-from rlfactory_nb.rewards.threads import abandoned
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds rlfactory_nb/
 _WORKER_COMMAND = "from rlfactory_nb.rewards.isolated import serve; serve()"

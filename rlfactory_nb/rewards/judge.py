@@ -29,12 +29,12 @@ attempts compare. See `score_group` and `as_group_reward`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Self
 
+from rlfactory_nb._threads import in_thread
 from rlfactory_nb.config import JudgeConfig
 from rlfactory_nb.engines.base import Engine
 from rlfactory_nb.engines.chat_client import ChatReply, ChatSettings, ChatUsage, chat_client, max_duration_s
@@ -224,7 +224,7 @@ class LLMJudge:
             self.usage.cached_hits += 1
         reply = ChatReply(hit.content, truncated=False) if hit is not None else await self._complete(messages)
         try:
-            value = await asyncio.to_thread(parser, reply.text)
+            value = await in_thread("reward", parser, reply.text)
         except Exception as exc:  # a custom parser may raise anything; every kind means "no score"
             raise self._parse_error(reply, str(exc)) from exc
         if self._cache is not None and hit is None:

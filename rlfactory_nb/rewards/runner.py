@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from rlfactory_nb._async import run_sync
+from rlfactory_nb._threads import in_thread
 from rlfactory_nb.config import RewardConfig
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError, EngineActorDied, RewardError
 from rlfactory_nb.rewards.loading import load_reward
-from rlfactory_nb.rewards.threads import in_daemon_thread
 from rlfactory_nb.rewards.values import (
     InvalidRewardValue,
     RewardFunction,
@@ -274,7 +274,7 @@ class RewardRunner:
         if is_async_function(function):
             return await function(sample)
         try:
-            value = await in_daemon_thread(function, sample, name=name)
+            value = await in_thread("reward", function, sample)
         except asyncio.CancelledError:
             self._abandoned_threads += 1  # the thread runs on; it cannot be stopped
             raise

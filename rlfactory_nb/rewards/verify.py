@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from rlfactory_nb.rewards.threads import in_daemon_thread
+from rlfactory_nb._threads import in_thread
 from rlfactory_nb.rewards.values import RewardReturn, is_async_function
 from rlfactory_nb.types import Sample, ToolResult
 
@@ -49,12 +49,12 @@ def tool_verified(
         if call_is_async:
             result = await toolset.call(tool_name, arguments)
         else:
-            result = await in_daemon_thread(toolset.call, tool_name, arguments, name=tool_name)
+            result = await in_thread("reward", toolset.call, tool_name, arguments)
         if inspect.isawaitable(result):
             result = await result
         if check_is_async:
             return await check(result, sample)
-        return await in_daemon_thread(check, result, sample, name=f"{tool_name} check")
+        return await in_thread("reward", check, result, sample)
 
     reward.__name__ = reward.__qualname__ = name or f"verified_by_{tool_name}"
     return reward

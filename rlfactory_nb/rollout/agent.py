@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
+from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.envs.base import env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
@@ -60,8 +61,9 @@ class Agent:
     """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`,
     or with one `env` instance per trajectory (`env=Shop`, a factory, or "module:Class").
 
-    `env_timeout_s` bounds the time one episode spends in its steps; `max_open_envs` the episodes
-    running at once (an environment may hold a process or a database each)."""
+    `env_timeout_s` bounds the time one episode spends in its steps (`rollout.env_timeout_s`: an
+    hour unless set; None: no bound); `max_open_envs` the episodes running at once (an environment
+    may hold a process or a database each)."""
 
     def __init__(
         self,
@@ -78,7 +80,7 @@ class Agent:
         drift: DriftMode = "warn",
         chat_format: str | ChatFormat = "auto",
         env: Any = None,
-        env_timeout_s: float | None = None,
+        env_timeout_s: float | None = DEFAULTS.rollout.env_timeout_s,
         max_open_envs: int | None = None,
     ):
         self.policy = policy
@@ -151,7 +153,7 @@ class Agent:
             drift=drift or rollout.drift_check,
             enable_thinking=thinking_mode(cfg),
             env=env,
-            env_timeout_s=getattr(rollout, "env_timeout_s", None),
+            env_timeout_s=getattr(rollout, "env_timeout_s", DEFAULTS.rollout.env_timeout_s),
             max_open_envs=getattr(rollout, "max_open_envs", None),
         )
 

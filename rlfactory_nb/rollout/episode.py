@@ -3,7 +3,8 @@ recorded as data.
 
 The agent loop (rollout/agent.py) owns the tokens; this module owns the instance. What it promises:
 - the instance is made off the event loop (a class whose `__init__` opens a database or starts a
-  browser does not stall the other trajectories), and sync methods run in a worker thread;
+  browser does not stall the other trajectories), and sync methods run in a thread of the "env"
+  pool (rlfactory_nb/_threads.py: a hung method, once its episode gave up on it, holds no place);
 - an environment that raises (in its factory, `reset`, a tool, `respond`, `reward` or `close`) or
   runs past the episode timeout ends its episode with a named `EpisodeError` kind, counted in
   `EpisodeStats`; the caller records it in the trajectory and the batch goes on;
@@ -18,32 +19,17 @@ default ToolSet environment costs no thread hops.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlfactory_nb._threads import in_thread
 from rlfactory_nb.envs.base import EnvFactory, Environment, ToolSetEnvironment
 from rlfactory_nb.errors import EpisodeError
-
-_EXECUTOR_THREADS = 512
-"""worker threads for environments' sync methods: the default executor has min(32, cpus + 4), which
-on a small machine would let 6 of 256 episodes step at once; a hung method keeps its thread"""
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _threads() -> concurrent.futures.ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(_EXECUTOR_THREADS, thread_name_prefix="rf-env")
-        return _executor
 
 
 @dataclass
@@ -129,7 +115,7 @@ class Episode:
             return self.instance
         started = time.perf_counter()
         try:
-            self.instance = await asyncio.get_running_loop().run_in_executor(_threads(), self.factory)
+            self.instance = await in_thread("env", self.factory)
         except Exception as error:
             self.release_slot()
             raise self.failed("create", error) from error
@@ -157,7 +143,7 @@ class Episode:
                 return await method(*args, **kwargs)
             if isinstance(self.instance, ToolSetEnvironment):
                 return method(*args, **kwargs)
-            value = await asyncio.get_running_loop().run_in_executor(_threads(), lambda: method(*args, **kwargs))
+            value = await in_thread("env", method, *args, **kwargs)
             return await value if inspect.isawaitable(value) else value
         except asyncio.CancelledError:
             raise

@@ -41,30 +41,59 @@ def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None
 
 
 def prompt_ids(
-    tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, enable_thinking: bool = False
+    tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, enable_thinking: bool = False,
+    keep_up_to: int | None = None,
 ) -> list[int]:
     """Ids of the conversation so far plus the assistant header the model continues from. A group
     rolls one prompt out `group_size` times: it is rendered once (tool schemas make a render cost
-    milliseconds), the last `_PROMPT_CACHE_SIZE` prompts kept."""
+    milliseconds) and kept in a cache bounded by bytes. A prompt longer than `keep_up_to` tokens
+    (one its caller refuses) is not kept."""
     key = (tokenizer, str(getattr(tokenizer, "chat_template", None)),
            json.dumps([messages, tools or None, enable_thinking], sort_keys=True, default=repr))
-    with _PROMPTS_LOCK:
-        ids = _PROMPTS.get(key)
-        if ids is not None:
-            _PROMPTS.move_to_end(key)
-            return list(ids)
-    text = render(tokenizer, messages, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
-    ids = tuple(tokenizer.encode(text, add_special_tokens=False))
-    with _PROMPTS_LOCK:
-        _PROMPTS[key] = ids
-        if len(_PROMPTS) > _PROMPT_CACHE_SIZE:
-            _PROMPTS.popitem(last=False)
+    ids = _PROMPTS.get(key)
+    if ids is None:
+        text = render(tokenizer, messages, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
+        ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+        if keep_up_to is None or len(ids) <= keep_up_to:
+            _PROMPTS.put(key, ids)
     return list(ids)
 
 
-_PROMPT_CACHE_SIZE = 1024
-_PROMPTS: OrderedDict[tuple[Any, str, str], tuple[int, ...]] = OrderedDict()
-_PROMPTS_LOCK = threading.Lock()
+class PromptCache:
+    """The least recently used prompts' ids, at most `max_bytes` of keys and ids in all (a count
+    bound let three 2 MiB prompts hold 56 MiB); a prompt over a sixteenth of it is not kept."""
+
+    _BYTES_PER_ID = 36
+    """a tuple's pointer and an int object past the interned small ones"""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.held = 0
+        self._entries: OrderedDict[tuple[Any, str, str], tuple[tuple[int, ...], int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, str, str]) -> tuple[int, ...] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: tuple[Any, str, str], ids: tuple[int, ...]) -> None:
+        size = len(key[2]) + self._BYTES_PER_ID * len(ids)  # the template text is one string all keys share
+        if size > self.max_bytes // 16:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self.held += size - (old[1] if old else 0)
+            self._entries[key] = (ids, size)
+            while self.held > self.max_bytes:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.held -= dropped
+
+
+_PROMPTS = PromptCache(max_bytes=64 * 1024 * 1024)
 
 
 def prompt_opens(tokenizer: Any, marker: str, enable_thinking: bool = False) -> bool:

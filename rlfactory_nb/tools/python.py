@@ -19,13 +19,13 @@ would be ceremony. The model sees the same kind of spec either way:
 >>> add(2, 3)
 5
 
-Synchronous functions run in a worker thread so that a slow one does not stall the event loop (and
-the other calls in flight); a timeout then abandons the thread rather than killing it.
+Synchronous functions run in a thread of the tool pool (rlfactory_nb/_threads.py) so that a slow one
+does not stall the event loop (and the other calls in flight); a timeout abandons the thread rather
+than killing it, and an abandoned thread no longer counts against the pool.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import importlib
 import inspect
@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlfactory_nb._threads import in_thread
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError
 from rlfactory_nb.types import ToolSpec
 
@@ -72,7 +73,7 @@ class PythonTool:
         if inspect.iscoroutinefunction(self.fn):
             value = await self.fn(**arguments)
         else:
-            value = await asyncio.to_thread(self.fn, **arguments)
+            value = await in_thread("tool", self.fn, **arguments)
         return value if isinstance(value, ToolReply) else ToolReply(result_text(value))
 
 

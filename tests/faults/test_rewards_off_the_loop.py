@@ -65,9 +65,9 @@ async def test_checks_the_runner_gave_up_on_free_their_workers_for_the_next_answ
         outcomes = await RewardRunner({"math": slow}, timeout_s=2.0).score(hostile)
         assert {failure.kind for outcome in outcomes for failure in outcome.errors} == {"timeout"}
         deadline = time.monotonic() + 10.0  # they stop within 50 ms; a loaded machine may take longer
-        while time.monotonic() < deadline and _reward_threads("math"):
+        while time.monotonic() < deadline and _reward_threads("math_verify"):
             await asyncio.sleep(0.05)
-        assert _reward_threads("math") == [], "abandoned checks are still queued or computing"
+        assert _reward_threads("math_verify") == [], "abandoned checks are still queued or computing"
         assert pool.live == 0, "the workers computing for nobody were stopped"
         fine = make_sample("<answer>\\frac{5}{12}</answer>", ground_truth="5/12", id="fine")
         started = time.monotonic()
@@ -104,6 +104,6 @@ async def test_one_hostile_answer_does_not_hold_up_the_others() -> None:
 
 
 def _reward_threads(name: str) -> list[threading.Thread]:
-    """This test's reward threads (`reward:<name>`): another test's deliberately hanging reward (a
-    `reward:hangs` thread sleeps on in the same worker process) is not this one's to wait for."""
+    """This test's reward threads (`reward:<function>`): another test's deliberately hanging reward
+    (a `reward:hangs` thread sleeps on in the same worker process) is not this one's to wait for."""
     return [thread for thread in threading.enumerate() if thread.name == f"reward:{name}" and thread.is_alive()]

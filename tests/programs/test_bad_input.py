@@ -34,20 +34,30 @@ async def test_a_program_that_raises_ends_as_data(replay):
 
 
 async def test_a_program_past_its_timeout_is_cancelled_and_its_session_closed(replay):
-    kept = {}
+    """The late call comes while another episode keeps the endpoint listening (it closes with the last)."""
+    kept, ended = {}, asyncio.Event()
 
     async def hangs(row, llm):
+        if row.get("who") == "late":
+            await ended.wait()
+            late = openai.AsyncOpenAI(base_url=kept["llm"].base_url, api_key=kept["llm"].api_key, max_retries=0)
+            with pytest.raises(openai.APIStatusError) as error:
+                await late.chat.completions.create(model="policy", messages=ROW["messages"])
+            kept["late"] = error.value
+            return "done"
         kept["llm"] = llm
         await ask(llm)
         await asyncio.sleep(60)
 
-    program, _ = replay(["x"], hangs, timeout_s=0.5)
-    traj = await program.rollout(ROW)
-    assert traj.finish_reason == "error" and "timeout_s=0.5" in traj.metadata["program_error"]
-    late = openai.AsyncOpenAI(base_url=kept["llm"].base_url, api_key=kept["llm"].api_key, max_retries=0)
-    with pytest.raises(openai.APIStatusError) as error:
-        await late.chat.completions.create(model="policy", messages=ROW["messages"])
-    assert error.value.status_code == 410 and "closed" in error.value.message
+    program, _ = replay(["x"], hangs, timeout_s=1.0)
+    first = asyncio.ensure_future(program.rollout(ROW))
+    await asyncio.sleep(0.7)  # the late episode's own timeout is later than the first's
+    late = asyncio.ensure_future(program.rollout({**ROW, "who": "late"}))
+    traj = await first
+    ended.set()
+    await late
+    assert traj.finish_reason == "error" and "timeout_s=1" in traj.metadata["program_error"]
+    assert kept["late"].status_code == 410 and "closed" in kept["late"].message
 
 
 async def test_an_answer_that_is_not_a_string_is_named(replay):

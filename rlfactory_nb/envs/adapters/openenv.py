@@ -38,6 +38,10 @@ from rlfactory_nb.types import ToolCall, ToolResult, ToolSpec, ToolStatus, Turn
 
 __all__ = ["OpenEnvEnvironment", "OpenEnvServer", "openenv_env"]
 
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""the largest WebSocket frame (message) read from an OpenEnv server; a larger one ends the episode
+with an EpisodeError naming the limit (before, any size was read: a 96 MiB opening frame was kept)"""
+
 _TOOL_ERROR_STATUS: dict[str, ToolStatus] = {
     "tool_not_found": "unknown_tool",
     "invalid_args": "invalid_args",
@@ -54,6 +58,7 @@ def openenv_env(
     observation_text: Callable[[dict[str, Any]], str] | None = None,
     reset_args: str = "reset_args",
     message_timeout_s: float = 60.0,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
 ) -> EnvFactory:
     """An Environment factory over an OpenEnv server: at `url`, or started locally from `app`
     ("module:app", served by uvicorn under `python`, the OpenEnv venv's interpreter) once per process.
@@ -61,12 +66,13 @@ def openenv_env(
     `action(answer)` turns the model's answer into a step action for a plain (non-MCP) environment;
     without it the environment must be an MCP one and the model acts through its tools.
     `observation_text(observation)` renders an observation for the model (default: its fields as JSON,
-    or its one text field). The row's `reset_args` column (a dict) is passed to the server's reset."""
+    or its one text field). The row's `reset_args` column (a dict) is passed to the server's reset.
+    `max_frame_bytes` bounds each message the server sends (MAX_FRAME_BYTES)."""
     if (url is None) == (app is None):
         raise ConfigError("openenv_env: give exactly one of url= (a running server) or app= ('module:app')")
     return functools.partial(
         OpenEnvEnvironment, url, app=app, python=python, action=action, observation_text=observation_text,
-        reset_args=reset_args, message_timeout_s=message_timeout_s,
+        reset_args=reset_args, message_timeout_s=message_timeout_s, max_frame_bytes=max_frame_bytes,
     )
 
 
@@ -83,12 +89,16 @@ class OpenEnvEnvironment(Environment):
         observation_text: Callable[[dict[str, Any]], str] | None = None,
         reset_args: str = "reset_args",
         message_timeout_s: float = 60.0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ):
         self.url = url if url is not None else shared_server(app, python).url  # type: ignore[arg-type]
         self._action = action
         self._observation_text = observation_text or default_observation_text
         self._reset_args = reset_args
         self._timeout = message_timeout_s
+        if not (isinstance(max_frame_bytes, int) and max_frame_bytes > 0):
+            raise ConfigError(f"openenv_env: max_frame_bytes must be a positive number of bytes, got {max_frame_bytes!r}")
+        self._max_frame_bytes = max_frame_bytes
         self._socket: Any = None
         self._specs: list[ToolSpec] = []
         self.done = False
@@ -99,7 +109,7 @@ class OpenEnvEnvironment(Environment):
         self.step_latency_s: list[float] = []
 
     async def reset(self, row: dict[str, Any], *, seed: int) -> Reset | None:
-        self._socket = await _connect(self.url, self._timeout)
+        self._socket = await _connect(self.url, self._timeout, self._max_frame_bytes)
         data = {"seed": seed, **dict(row.get(self._reset_args) or {})}
         opened = await self._request({"type": "reset", "data": data}, where="reset")
         if self._action is None:
@@ -168,7 +178,7 @@ class OpenEnvEnvironment(Environment):
         if self._socket is None:
             raise EpisodeError(where, f"no OpenEnv session is open with {self.url} (reset did not run)")
         started = time.perf_counter()
-        reply = await _exchange(self._socket, message, self._timeout, self.url, where)
+        reply = await _exchange(self._socket, message, self._timeout, self.url, where, self._max_frame_bytes)
         self.step_latency_s.append(time.perf_counter() - started)
         self.steps += message["type"] == "step"
         if reply.get("type") == "error":
@@ -180,20 +190,23 @@ class OpenEnvEnvironment(Environment):
         return data
 
 
-async def _connect(url: str, timeout: float) -> Any:
+async def _connect(url: str, timeout: float, max_frame_bytes: int) -> Any:
     from websockets.asyncio.client import connect  # the optional extra, imported where it is used
 
     ws_url = url.rstrip("/").replace("https://", "wss://").replace("http://", "ws://") + "/ws"
     local = "://localhost" in ws_url or "://127.0.0.1" in ws_url
     try:
-        return await connect(ws_url, open_timeout=timeout, close_timeout=5.0, max_size=None,
+        return await connect(ws_url, open_timeout=timeout, close_timeout=5.0, max_size=max_frame_bytes,
                              **({"proxy": None} if local else {}))
     except Exception as error:
         raise EpisodeError("reset", f"cannot open an OpenEnv session at {ws_url}: {type(error).__name__}: {error}") from error
 
 
-async def _exchange(socket: Any, message: dict[str, Any], timeout: float, url: str, where: str) -> dict[str, Any]:
+async def _exchange(
+    socket: Any, message: dict[str, Any], timeout: float, url: str, where: str, max_frame_bytes: int
+) -> dict[str, Any]:
     from websockets.exceptions import ConnectionClosed
+    from websockets.frames import CloseCode
 
     try:
         await socket.send(json.dumps(message))
@@ -204,6 +217,11 @@ async def _exchange(socket: Any, message: dict[str, Any], timeout: float, url: s
     except TimeoutError as error:
         raise EpisodeError("timeout", f"OpenEnv server {url} did not answer {message['type']!r} within {timeout:g} s") from error
     except ConnectionClosed as error:
+        if error.sent is not None and error.sent.code == CloseCode.MESSAGE_TOO_BIG:
+            raise EpisodeError(
+                where, f"OpenEnv server {url} sent a frame over max_frame_bytes={max_frame_bytes:,} during "
+                f"{message['type']!r}; raise openenv_env(max_frame_bytes=...) if its observations are that large",
+            ) from error
         raise EpisodeError(where, f"OpenEnv server {url} closed the session during {message['type']!r}: {error}") from error
     try:
         reply = json.loads(raw)
