@@ -129,15 +129,22 @@ async def test_concurrent_first_episodes_share_one_endpoint_which_closes_after_t
 async def test_a_client_kept_across_episodes_is_an_error_of_each_episode_that_misuses_it(program_of):
     """Before: every row's calls went into the first episode's trajectory; the other rows showed no
     calls and no error, yet returned scored answers."""
-    shared = {}
-    started = asyncio.Event()
+    shared = {"misused": 0}
+    started, misused = asyncio.Event(), asyncio.Event()
 
     async def keeps_one_client(row, llm):
         if "client" not in shared:
             shared["client"] = llm.client()
             started.set()
+            await misused.wait()  # the first episode stays open while the others call through its client
+            return await ask(shared["client"])
         await started.wait()
-        return await ask(shared["client"])
+        try:
+            return await ask(shared["client"])
+        finally:
+            shared["misused"] += 1
+            if shared["misused"] == 3:
+                misused.set()
 
     program, engine = program_of(keeps_one_client, max_calls=8)
     trajectories = await asyncio.gather(*(program.rollout({**ROW, "id": f"row{i}"}) for i in range(4)))
