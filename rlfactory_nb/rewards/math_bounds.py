@@ -68,7 +68,7 @@ _SEPARATORS = frozenset({r"\cdot", r"\times", r"\div", r"\frac", r"\dfrac", r"\t
 _LOG10_2 = math.log10(2)
 
 
-class Refused(Exception):
+class _Refused(Exception):
     """An answer past a bound; the message says which."""
 
 
@@ -88,7 +88,7 @@ def refusal(answer: str) -> str | None:
         return f"{len(answer):,} characters (more than {MAX_ANSWER_CHARS:,})"
     try:
         _Reader(_TOKEN.findall(answer)).sequence()
-    except Refused as refused:
+    except _Refused as refused:
         return str(refused)
     return None
 
@@ -124,7 +124,7 @@ class _Reader:
         """A primary, then powers (right-associative: `9**9**9`) and factorials."""
         self.depth += 1
         if self.depth > MAX_NESTING:
-            raise Refused(f"brackets or powers nested more than {MAX_NESTING} deep")
+            raise _Refused(f"brackets or powers nested more than {MAX_NESTING} deep")
         base = self.primary()
         while self.at < len(self.tokens) and self.tokens[self.at] in ("^", "**", "!"):
             operator = self.tokens[self.at]
@@ -162,14 +162,14 @@ def _is_symbol(token: str) -> bool:
 def _number(token: str) -> float:
     digits = len(token.replace(".", ""))
     if digits > MAX_LITERAL_DIGITS:
-        raise Refused(f"a number of {digits:,} digits (more than {MAX_LITERAL_DIGITS:,})")
+        raise _Refused(f"a number of {digits:,} digits (more than {MAX_LITERAL_DIGITS:,})")
     if "." in token:
         return float(digits)  # 1/0.001 is as large as 1000: the digit count bounds both ways
     return math.log10(int(token)) if int(token) > 1 else 0.0
 
 
 def _power(base: _Size, exponent: _Size) -> _Size:
-    """The size of base^exponent; Refused past the bounds (module docstring)."""
+    """The size of base^exponent; _Refused past the bounds (module docstring)."""
     if exponent.log10 is None:
         return _Size(None)
     if base.log10 is None:
@@ -178,18 +178,18 @@ def _power(base: _Size, exponent: _Size) -> _Size:
         return _Size(0.0)
     log_digits = exponent.log10 + math.log10(base.log10)  # log10(exponent * log10(base))
     if log_digits > math.log10(MAX_POWER_DIGITS):
-        raise Refused(f"a power of numbers with about 10^{log_digits:.0f} digits (more than {MAX_POWER_DIGITS:,})")
+        raise _Refused(f"a power of numbers with about 10^{log_digits:.0f} digits (more than {MAX_POWER_DIGITS:,})")
     if not exponent.literal and exponent.log10 > math.log10(MAX_COMPUTED_EXPONENT):
-        raise Refused(f"a power of numbers with a computed exponent up to {10**exponent.log10:,.0f} (more than {MAX_COMPUTED_EXPONENT})")
+        raise _Refused(f"a power of numbers with a computed exponent up to {10**exponent.log10:,.0f} (more than {MAX_COMPUTED_EXPONENT})")
     return _Size(10**exponent.log10 * base.log10)
 
 
 def _symbolic_power(terms: int, exponent_log10: float) -> _Size:
     if exponent_log10 > math.log10(MAX_SYMBOLIC_EXPONENT):
-        raise Refused(f"a power with a symbol raised to about 10^{exponent_log10:.0f} (more than {MAX_SYMBOLIC_EXPONENT:,})")
+        raise _Refused(f"a power with a symbol raised to about 10^{exponent_log10:.0f} (more than {MAX_SYMBOLIC_EXPONENT:,})")
     expanded = math.comb(math.floor(10**exponent_log10 + 1e-9) + terms - 1, terms - 1)
     if expanded > MAX_EXPANDED_TERMS:
-        raise Refused(f"a power with a symbol whose expansion has {expanded:,} terms (more than {MAX_EXPANDED_TERMS:,})")
+        raise _Refused(f"a power with a symbol whose expansion has {expanded:,} terms (more than {MAX_EXPANDED_TERMS:,})")
     return _Size(None)
 
 
@@ -197,6 +197,6 @@ def _factorial(value: _Size) -> _Size:
     if value.log10 is None:
         return value
     if value.log10 > math.log10(MAX_FACTORIAL):
-        raise Refused(f"a factorial of a number above {MAX_FACTORIAL:,}")
+        raise _Refused(f"a factorial of a number above {MAX_FACTORIAL:,}")
     n = 10**value.log10
     return _Size(n * math.log10(max(n, 2)))
