@@ -20,7 +20,8 @@
     │                 RewardLoadError (ImportError), RewardTimeout (TimeoutError)
     ├── HungCallsError (RuntimeError)
     ├── TrainingError (RuntimeError): StepFailed, StaleSamples
-    ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError, JobTimeout (TimeoutError)
+    ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError,
+    │                                JobTimeout (TimeoutError): DriverTimeout
     └── StorageError (OSError): PathNotFoundError (FileNotFoundError),
                                 FolderExistsError (FileExistsError): RunFolderExistsError, RunExistsError
 
@@ -290,6 +291,11 @@ class ModelMismatch(ClusterError):
 
 class JobTimeout(ClusterError, TimeoutError):
     """A job did not reach the awaited state (or hand over its weights) within the time limit."""
+
+
+class DriverTimeout(JobTimeout):
+    """A job's driver did not answer within the time limit: the cluster is busy, or the driver is still
+    starting. Try again, or pass a longer `timeout_s` (`TrainingJob.attach(..., timeout_s=...)`)."""
 
 
 class ShippingError(ClusterError):

@@ -2,7 +2,7 @@
 folder is trusted to be what its name says.
 
 - a key is a plain relative path: one with `..`, a NUL or a backslash is refused, naming it;
-- a read opens with `O_NONBLOCK | O_NOFOLLOW`: a symlink, FIFO or device is refused, naming it, and
+- a read opens with `O_NONBLOCK | O_NOFOLLOW`: a symlink, FIFO, socket or device is refused, naming it, and
   a read is bounded (`max_bytes`): a file past its bound is a StorageError, never read whole;
 - a write goes to a temporary file made with `O_EXCL | O_NOFOLLOW` under a random name, never
   through a path someone could have planted, then is renamed over its target.
@@ -48,8 +48,9 @@ def check_key(relative: str) -> str:
 
 def open_regular(path: str | Path, what: str | None = None) -> IO[bytes]:
     """Open a local file for reading without following a symlink at its last part and without
-    blocking on a FIFO (`O_NOFOLLOW | O_NONBLOCK`); anything but a regular file is a StorageError
-    naming `what` (default: the path). FileNotFoundError when there is none."""
+    blocking on a FIFO (`O_NOFOLLOW | O_NONBLOCK`); anything but a regular file (a socket too, which
+    no open() reads) is a StorageError naming `what` (default: the path). FileNotFoundError when
+    there is none."""
     what = what or str(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
@@ -57,6 +58,8 @@ def open_regular(path: str | Path, what: str | None = None) -> IO[bytes]:
     except OSError as error:
         if error.errno == errno.ELOOP:  # the last part is a symlink
             raise StorageError(f"{what} is a symbolic link; refused (a run folder's files are read as they are)") from None
+        if error.errno == errno.ENXIO:  # a socket, or a device with no driver behind it
+            raise StorageError(f"{what} is {_kind_at(path)}, not a regular file; refused") from None
         raise
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):
@@ -135,6 +138,13 @@ def walk_files(folder: Path) -> Iterator[Path]:
             yield path
         elif not stat.S_ISDIR(mode):
             raise StorageError(f"{path} is {file_kind(mode)}; only regular files and folders are uploaded")
+
+
+def _kind_at(path: str | Path) -> str:
+    try:
+        return file_kind(os.lstat(path).st_mode)
+    except OSError:
+        return "a special file"
 
 
 def file_kind(mode: int) -> str:

@@ -18,7 +18,7 @@ A run folder is shared, so nothing in it is trusted to be what its name says (do
 local file rules live in local_files.py):
 - a key is a plain relative path: one with `..`, a NUL or an empty part is refused, naming it, and
   so is a listed name that would resolve outside its folder (an object-store key `a/../../x`);
-- a symlink, FIFO or device where a file or folder is read is refused, naming the key; a local
+- a symlink, FIFO, socket or device where a file or folder is read is refused, naming the key; a local
   read never follows a link out of the folder, and opens with `O_NONBLOCK | O_NOFOLLOW`;
 - reads are bounded (`max_bytes`); a file past its bound is a StorageError, never read whole;
 - a local write goes to a temporary file made with `O_EXCL` under a random name (`mkstemp`),

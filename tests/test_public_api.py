@@ -68,6 +68,7 @@ INTERNAL = {
     "CalculatorError": "tools/servers/calculator.py",  # the server's reply text; its own process
     "ReplyRejected": "engines/chat_http.py",  # always re-raised as a ChatError
     "RequestError": "programs/wire.py",  # always answered as an HTTP error to the agent program
+    "_Refused": "rewards/math_bounds.py",  # always caught by refusal(), which returns its message
 }
 
 

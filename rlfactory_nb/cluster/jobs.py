@@ -30,6 +30,7 @@ from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row
 from rlfactory_nb.errors import (
     ClusterError,
+    DriverTimeout,
     JobExistsError,
     JobFailed,
     JobTimeout,
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 
 ACTOR_TIMEOUT_S = 5.0
 """how long a read waits for the driver before answering from disk (a starting actor is busy)"""
+ATTACH_TIMEOUT_S = 60.0
+"""how long `TrainingJob.attach` waits for a live driver to say where its run folder is (a busy
+cluster or a starting driver answers late); past it, a DriverTimeout says to try again or wait longer"""
 SNAPSHOT_TIMEOUT_S = 600.0
 """how long `job.engine()` waits for the driver's copy of the weights (it waits for a starting run to
 load its model, and for the policy update in flight to end)"""
@@ -148,6 +152,28 @@ def _location(text: str | Path) -> str | Path:
     return text if is_uri(text) else Path(text)
 
 
+def _live_driver(name: str, timeout_s: float) -> tuple[Any, dict[str, Any]] | None:
+    """The driver actor of job `name` and its status, or None when it has none; DriverTimeout when it
+    does not answer within `timeout_s`, JobFailed when it died (its start failed: the cause is Ray's
+    error, the driver's traceback included)."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    try:
+        actor = ray.get_actor(JOB_PREFIX + name, namespace=NAMESPACE)
+        return actor, ray.get(actor.status.remote(), timeout=timeout_s)
+    except ValueError:  # no actor of that name
+        return None
+    except RayActorError as error:
+        raise JobFailed(f"job {name!r}: its driver died: {error}") from error
+    except GetTimeoutError as error:
+        raise DriverTimeout(
+            f"job {name!r}: its driver did not answer within {timeout_s:g} s; the cluster is busy or "
+            f"the driver is still starting. Attach again, or pass a longer timeout_s "
+            f"(TrainingJob.attach({name!r}, cluster, timeout_s=300))"
+        ) from error
+
+
 def _retire_previous(name: str, folder: RunFolder) -> None:
     """A finished driver of the same name lingers; a running one is an error. A driver that does not
     answer is still starting (its runtime_env is being set up) when its run folder says it has not
@@ -200,20 +226,22 @@ class TrainingJob:
 
     @classmethod
     def attach(
-        cls, name: str, cluster: Cluster | None = None, output_dir: str | Path = "runs"
+        cls,
+        name: str,
+        cluster: Cluster | None = None,
+        output_dir: str | Path = "runs",
+        timeout_s: float = ATTACH_TIMEOUT_S,
     ) -> TrainingJob:
         """The job `name`: its live driver when `cluster` has one, else the run folder (`output_dir`:
-        a local folder or a storage URI)."""
+        a local folder or a storage URI). A live driver is asked where its run folder is, for at most
+        `timeout_s` seconds: one that does not answer in time (a busy cluster, a driver still
+        starting) is a DriverTimeout, which says to try again or pass a longer `timeout_s`."""
         run_dir = join(output_dir if is_uri(output_dir) else Path(output_dir).resolve(), name)
+        live = _live_driver(name, timeout_s) if cluster is not None else None
         actor = None
-        if cluster is not None:
-            import ray
-
-            try:
-                actor = ray.get_actor(JOB_PREFIX + name, namespace=NAMESPACE)
-                run_dir = _location(ray.get(actor.status.remote(), timeout=30).get("run_dir") or run_dir)
-            except ValueError:
-                actor = None
+        if live is not None:
+            actor, status = live
+            run_dir = _location(status.get("run_dir") or run_dir)
         if actor is None and not RunFolder(run_dir).exists():
             raise PathNotFoundError(
                 f"no job named {name!r}: no driver on the cluster and no run folder {run_dir} "

@@ -8,6 +8,10 @@ math-verify's own timeout is `signal.alarm`, which fails in the runner's worker 
 stop a long C call anyway; so each check runs in a worker process (`rewards.isolated`) that is
 killed after `timeout_s`. A killed check scores 0 and says so in the `timeout` component, which the
 step's metrics show as `reward/<name>/timeout`: the share of samples whose check ran out of time.
+Before that, an answer whose arithmetic is past the bounds of `rewards.math_bounds` (a power tower,
+a number of a thousand digits) is refused in the reward's own process, in microseconds: it scores 0
+with `refused` 1, and no worker is held or killed for it, so a batch of such answers cannot use up
+the reward runner's timeout for the correct answers beside them.
 The pool has at least two workers, so one hostile answer holds one and the others go on; a check the
 reward runner stopped waiting for (its `timeout_s`) leaves the queue, or has its worker killed and
 replaced, instead of holding a worker for the next step's answers (`rewards.isolated`).
@@ -30,6 +34,7 @@ from typing import Literal
 from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.rewards.functions import _golds
 from rlfactory_nb.rewards.isolated import WorkerPool
+from rlfactory_nb.rewards.math_bounds import refusal
 from rlfactory_nb.types import Sample
 
 _STRICT = re.compile(r"#### (-?[0-9.,]+)")  # verl's and lm-eval's strict pattern
@@ -38,22 +43,25 @@ _IGNORED = re.compile(r"[,$]|\.$")  # lm-eval's exact-match regexes_to_ignore (a
 
 
 def math_verify(sample: Sample, *, timeout_s: float = 5.0) -> dict[str, float]:
-    """1.0 when the final answer equals a gold answer as mathematics; 0.0 when it does not or when
+    """1.0 when the final answer equals a gold answer as mathematics; 0.0 when it does not, when its
+    arithmetic is past `rewards.math_bounds` (then `refused` is 1.0, and no worker saw it) or when
     the check takes longer than `timeout_s` seconds (then `timeout` is 1.0).
 
     >>> from rlfactory_nb.rewards.samples import make_sample
     >>> math_verify(make_sample(r"<think>3/6</think>So $x = \\boxed{\\dfrac{1}{2}}$.", ground_truth="0.5"))
-    {'score': 1.0, 'timeout': 0.0}
+    {'score': 1.0, 'timeout': 0.0, 'refused': 0.0}
     >>> math_verify(make_sample(r"<answer>10\\text{ cm}</answer>", ground_truth=["10", "ten"]))
-    {'score': 1.0, 'timeout': 0.0}
-    >>> math_verify(make_sample(r"\\boxed{9^{9^{9^{9}}}}", ground_truth="5"), timeout_s=1.0)
-    {'score': 0.0, 'timeout': 1.0}
+    {'score': 1.0, 'timeout': 0.0, 'refused': 0.0}
+    >>> math_verify(make_sample(r"\\boxed{9^{9^{9^{9}}}}", ground_truth="5"))
+    {'score': 0.0, 'timeout': 0.0, 'refused': 1.0}
     """
+    if refusal(sample.final_answer) is not None:
+        return {"score": 0.0, "timeout": 0.0, "refused": 1.0}
     try:
         same = _verifier().call(_equivalent, sample.final_answer, _golds(sample), timeout_s=timeout_s)
     except TimeoutError:
-        return {"score": 0.0, "timeout": 1.0}
-    return {"score": float(same), "timeout": 0.0}
+        return {"score": 0.0, "timeout": 1.0, "refused": 0.0}
+    return {"score": float(same), "timeout": 0.0, "refused": 0.0}
 
 
 @functools.cache

@@ -76,7 +76,7 @@ def test_a_job_outlives_the_kernel_that_launched_it_then_stops_with_a_checkpoint
         kernel.send_signal(signal.SIGKILL)
         kernel.wait(timeout=10)
 
-    job = TrainingJob.attach("orphan", cluster, output_dir=tmp_path)
+    job = TrainingJob.attach("orphan", cluster, output_dir=tmp_path, timeout_s=300)  # the driver may be loading its model
     assert job._actor is not None, "attach found the live driver"
     wait_for(lambda: len(job.metrics()) >= 2, 300, "two steps after the kernel died")
     started = time.monotonic()
@@ -87,6 +87,57 @@ def test_a_job_outlives_the_kernel_that_launched_it_then_stops_with_a_checkpoint
     assert [row["step"] for row in job.metrics()] == list(range(1, step + 1))
     with pytest.raises(FileExistsError, match="resume=True"):
         launch(tiny_config(tmp_path, "orphan", 500), cluster)
+
+
+def test_attach_to_a_driver_that_does_not_answer_is_a_bounded_driver_timeout(cluster, tmp_path):
+    """Before: attach waited a fixed 30 s, then raised ray's own GetTimeoutError, outside the error
+    tree (under load, `make test` failed the test above that way). A driver busy past `timeout_s`
+    (here: one whose status call sleeps) is now a DriverTimeout that says what to do."""
+    import ray
+
+    from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE
+    from rlfactory_nb.errors import DriverTimeout, JobTimeout
+
+    @ray.remote(num_cpus=0)
+    class BusyDriver:
+        def status(self) -> dict:
+            time.sleep(120)
+            return {"state": "running"}
+
+    busy = BusyDriver.options(name=JOB_PREFIX + "busy", namespace=NAMESPACE).remote()
+    try:
+        started = time.monotonic()
+        with pytest.raises(DriverTimeout, match=r"did not answer within 2 s.*longer timeout_s") as raised:
+            TrainingJob.attach("busy", cluster, output_dir=tmp_path, timeout_s=2)
+        assert time.monotonic() - started < 10
+        assert isinstance(raised.value, JobTimeout) and isinstance(raised.value, TimeoutError)
+    finally:
+        ray.kill(busy, no_restart=True)
+
+
+def test_attach_to_a_driver_that_dies_starting_is_a_job_failed_with_its_cause(cluster, tmp_path):
+    """Before: ray's own ActorDiedError, outside the error tree (a driver whose config its node could
+    not read died in __init__ while attach waited for its status)."""
+    import ray
+
+    from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE
+    from rlfactory_nb.errors import JobFailed
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class FailingDriver:
+        def __init__(self):
+            time.sleep(3)  # attach finds it while it starts
+            raise ValueError("grpo.bogus: unknown key")
+
+        def status(self) -> dict:
+            return {"state": "running"}
+
+    failing = FailingDriver.options(name=JOB_PREFIX + "failing", namespace=NAMESPACE).remote()
+    try:
+        with pytest.raises(JobFailed, match=r"(?s)job 'failing': its driver died: .*grpo\.bogus: unknown key"):
+            TrainingJob.attach("failing", cluster, output_dir=tmp_path, timeout_s=60)
+    finally:
+        ray.kill(failing, no_restart=True)
 
 
 def test_stop_of_a_driver_wedged_in_a_step_returns_in_bounded_time(cluster, tmp_path):

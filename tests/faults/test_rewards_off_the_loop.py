@@ -5,6 +5,8 @@
   a verified reward now runs in a thread.
 - 12: math-verify checks the runner had given up on stayed queued for the pool's workers, and a
   hostile answer's worker computed on, so the next step's correct answer waited and scored 0.
+  These tests switch math-verify's answer bounds off (rewards/math_bounds.py, which now refuses the
+  tower before any worker sees it) to check the pool itself against an answer the bounds miss.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import functools
 import threading
 import time
 
+import pytest
+
 from rlfactory_nb.recipes.nl2sql.reward import execution_match
 from rlfactory_nb.rewards.math import _verifier, math_verify
 from rlfactory_nb.rewards.runner import RewardRunner
@@ -21,6 +25,11 @@ from rlfactory_nb.rewards.samples import make_sample
 
 SLOW_SQL = "SELECT count(*) FROM orders a, orders b, orders c, orders d"  # runs to the tool's 2 s limit
 HOSTILE = "\\boxed{9^{9^{9^{9}}}}"
+
+
+@pytest.fixture
+def no_bounds(monkeypatch):
+    monkeypatch.setattr("rlfactory_nb.rewards.math.refusal", lambda answer: None)
 
 
 async def longest_stall(work) -> tuple[float, object]:
@@ -56,7 +65,7 @@ async def test_the_nl2sql_reward_runs_slow_sql_off_the_loop_and_the_runner_timeo
     assert stall < 0.5, f"the event loop stalled {stall:.2f} s"
 
 
-async def test_checks_the_runner_gave_up_on_free_their_workers_for_the_next_answers() -> None:
+async def test_checks_the_runner_gave_up_on_free_their_workers_for_the_next_answers(no_bounds) -> None:
     pool = _verifier()
     try:
         math_verify(make_sample("\\boxed{1}", ground_truth="1"))  # one worker up
@@ -78,7 +87,7 @@ async def test_checks_the_runner_gave_up_on_free_their_workers_for_the_next_answ
         pool.close()
 
 
-async def test_one_hostile_answer_does_not_hold_up_the_others() -> None:
+async def test_one_hostile_answer_does_not_hold_up_the_others(no_bounds) -> None:
     """Its check holds one worker for its own timeout (two minutes here); the others use the rest."""
     pool = _verifier()
     try:

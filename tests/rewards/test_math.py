@@ -34,12 +34,14 @@ QWEN_MATH = (
     ],
 )
 def test_math_verify_compares_the_final_answer_as_mathematics(text, gold, score):
-    assert math_verify(make_sample(text, ground_truth=gold)) == {"score": score, "timeout": 0.0}
+    assert math_verify(make_sample(text, ground_truth=gold)) == {"score": score, "timeout": 0.0, "refused": 0.0}
 
 
 @pytest.mark.timeout(120)
-def test_a_hanging_check_in_the_runner_is_stopped_scored_zero_and_counted():
-    """Through the reward runner, whose sync rewards run in threads (where signal-based timeouts fail)."""
+def test_a_hanging_check_in_the_runner_is_stopped_scored_zero_and_counted(monkeypatch):
+    """Through the reward runner, whose sync rewards run in threads (where signal-based timeouts fail).
+    The answer bounds are off, so the tower reaches a worker, as an answer they miss would."""
+    monkeypatch.setattr("rlfactory_nb.rewards.math.refusal", lambda answer: None)
     reward = functools.partial(math_verify, timeout_s=1.0)
     runner = RewardRunner({"math": reward}, on_error="fail", timeout_s=60)
     math_verify(make_sample("\\boxed{1}", ground_truth="1"))  # workers up before the clock starts
@@ -50,8 +52,8 @@ def test_a_hanging_check_in_the_runner_is_stopped_scored_zero_and_counted():
     started = time.monotonic()
     hostile, fine = runner.score_sync(samples)
     assert time.monotonic() - started < 10
-    assert (hostile.score, hostile.components) == (0.0, {"math": 0.0, "math/timeout": 1.0})
-    assert (fine.score, fine.components) == (1.0, {"math": 1.0, "math/timeout": 0.0})
+    assert (hostile.score, hostile.components) == (0.0, {"math": 0.0, "math/timeout": 1.0, "math/refused": 0.0})
+    assert (fine.score, fine.components) == (1.0, {"math": 1.0, "math/timeout": 0.0, "math/refused": 0.0})
     assert runner.metrics["reward/failures"] == 0
     row = reward_metrics([hostile.score, fine.score], [hostile.components, fine.components])
     assert row["reward/math/timeout"] == 0.5  # the step's share of checks that ran out of time
@@ -64,7 +66,7 @@ def test_math_verify_works_outside_the_main_thread():
     )
     thread.start()
     thread.join()
-    assert results == [{"score": 1.0, "timeout": 0.0}]
+    assert results == [{"score": 1.0, "timeout": 0.0, "refused": 0.0}]
 
 
 GSM8K_SOLUTION = (
