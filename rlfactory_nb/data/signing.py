@@ -1,6 +1,15 @@
-"""The signature that lets a run folder's pickled objects be loaded: an HMAC-SHA256 of objects.pkl,
-keyed by a secret kept outside every run folder (`key_file()`), recorded in objects.sig.json with the
-names the config gave the reward and tools file when they were saved (objects.py says why).
+"""The signatures that let a run folder's code be run: one rule, one key.
+
+A run folder names code two ways: objects.pkl (pickled functions, an environment, an agent program)
+and the run config each checkpoint keeps (run_config.yaml), whose `reward.function`,
+`rollout.program`, `rollout.env`, `tools.config` (server commands), `grpo.loss` and the like name
+files, modules and commands that a run built from it starts. Whoever can write the folder can write
+both, so both are used only when they carry this user's signature: an HMAC-SHA256 keyed by a secret
+kept outside every run folder (`key_file()`). objects.sig.json signs objects.pkl with the names the
+config gave the reward and tools file when they were saved (objects.py says why);
+run_config.sig.json, beside a checkpoint's run_config.yaml, signs that config's text. Anything else
+is refused with `UntrustedRunObjects` naming the key file, unless the reader is told to trust the
+folder (`trust_run_objects=True`) or it was signed once with `objects.trust_run_folder`.
 """
 
 from __future__ import annotations
@@ -12,12 +21,16 @@ import json
 import os
 import secrets
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from rlfactory_nb.errors import UntrustedRunObjects
 
 PICKLE_FILE = "objects.pkl"
 SIGNATURE_FILE = "objects.sig.json"
+CONFIG_SIGNATURE_FILE = "run_config.sig.json"
+_CONFIG_SIGNED = {"signs": "run_config.yaml"}
+"""what a config's HMAC covers besides its text: a config's signature never passes for a pickle's"""
 
 
 def key_file() -> Path:
@@ -85,3 +98,46 @@ def check_signature(folder: Path, data: bytes) -> None:
         "rlfactory_nb.data.objects.trust_run_folder(run_dir); or delete objects.pkl to resume with what the "
         "config names"
     )
+
+
+def config_signature(text: str) -> str:
+    """The text of run_config.sig.json for a run config written as `text` (YAML)."""
+    return json.dumps({"hmac_sha256": _digest(text.encode(), _CONFIG_SIGNED)}) + "\n"
+
+
+def check_config_signature(text: str, signature: str | None, where: str, names_code: Sequence[str]) -> None:
+    """Refuse the run config `text` read from `where` unless `signature` (the text of its
+    run_config.sig.json, None when missing) is this user's for it; `names_code`: what the config
+    names that a run built from it would run, for the message."""
+    try:
+        record = json.loads(signature) if signature is not None else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        why = f"it has no readable signature ({CONFIG_SIGNATURE_FILE} beside it is missing or damaged)"
+    elif not hmac.compare_digest(str(record.get("hmac_sha256")), _digest(text.encode(), _CONFIG_SIGNED)):
+        why = f"its signature does not match this user's key ({key_file()}): another user or machine wrote it, or it changed since"
+    else:
+        return
+    named = ", ".join(names_code) or "its reward, tools and environment"
+    raise UntrustedRunObjects(
+        f"refusing to build a run from {where}: {why}. A run built from it would run, as you, what it "
+        f"names: {named}. If you trust who wrote this run folder, read those, then pass "
+        "trust_run_objects=True (job.stepper, job.config) or sign the folder once with "
+        "rlfactory_nb.data.objects.trust_run_folder(run_dir)"
+    )
+
+
+def names_code(cfg: Any) -> list[str]:
+    """`key=value` of each setting of the run config `cfg` that names code to import, a file to run
+    or commands to start (what a refused config's message lists)."""
+    named = {
+        "reward.function": cfg.reward.function,
+        "rollout.program": cfg.rollout.program,
+        "rollout.env": cfg.rollout.env,
+        "rollout.parser": cfg.rollout.parser if ":" in str(cfg.rollout.parser) else None,
+        "tools.config": cfg.tools.config,
+        "grpo.loss": cfg.grpo.loss if ":" in cfg.grpo.loss else None,
+        "model.trust_remote_code": cfg.model.trust_remote_code or None,
+    }
+    return [f"{key}={value!r}" for key, value in named.items() if value is not None]
