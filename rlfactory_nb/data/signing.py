@@ -20,8 +20,8 @@ import hmac
 import json
 import os
 import secrets
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.errors import UntrustedRunObjects
