@@ -365,7 +365,8 @@ class TrainingJob:
         """A RolloutStepper on `job.engine(**options)`, with the run's tools, parser and limits;
         `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
         shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
-        objects even without this user's signature (data/objects.py)."""
+        objects, and the config its last checkpoint kept, even without this user's signature
+        (data/signing.py): both name code the stepper runs."""
         cfg = self.config(trust_run_objects)
         objects = RunObjects.load(self.run_dir, trust_run_objects)
         shared = SharedToolCache(cfg.name) if not self.done else None  # a live job's tool cache, joined

@@ -65,7 +65,8 @@ class Agent:
 
     `env_timeout_s` bounds the time one episode spends in its steps (`rollout.env_timeout_s`: an
     hour unless set; None: no bound); `max_open_envs` the episodes running at once (an environment
-    may hold a process or a database each)."""
+    may hold a process or a database each); `max_text_chars` the characters of any one text an
+    environment adds (default: the ToolSet's `max_result_chars`)."""
 
     def __init__(
         self,
