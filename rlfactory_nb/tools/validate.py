@@ -99,6 +99,12 @@ def checked_arguments(name: str, schema: Mapping[str, Any], arguments: Mapping[s
     return arguments, ""
 
 
+def warm() -> None:
+    """Import jsonschema now (it takes seconds): from a worker thread, so that the first argument check
+    does not stall an event loop (`ToolSet.start`, an environment made by rollout/episode.py)."""
+    import jsonschema  # noqa: F401
+
+
 def schema_validator(schema: Mapping[str, Any]) -> Any:
     """A jsonschema validator for `schema` (kept per schema text: an environment's tools are bound
     anew each episode), or None when the schema is itself invalid."""
