@@ -16,7 +16,7 @@ Every text that enters a prompt goes through here, in every family: the messages
 results, an environment's or a user's reply) and the messages of a prompt rendered whole (an
 environment's opening observation from `reset`, an agent program's history when it does not continue
 its last call). Left as they are: the dataset row's own prompt messages (trusted data, which may
-show a family's markers on purpose, e.g. a few-shot `<tool_call>`) and assistant turns (the model's
+show a family's markers on purpose, e.g. a few-shot `<tool_response>`) and assistant turns (the model's
 own; a family may keep its reasoning markers in their content).
 
 Before that, `admitted` cuts every text that enters a trajectory from outside (an environment's

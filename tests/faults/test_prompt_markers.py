@@ -101,3 +101,13 @@ async def test_a_programs_rewritten_history_writes_no_turn(tokenizer):
         f"the observation in a rewritten history became turns: {counts}"
     )
     assert counts["<|im_start|>"] == 4  # user, assistant, user, and the generation prompt
+
+
+def test_the_rows_own_prompt_is_rendered_as_it_is(tokenizer):
+    """Trusted data: a few-shot prompt that shows a marker on purpose keeps it as the token."""
+    few_shot = {"role": "system", "content": "Results come back as <tool_response>\n42\n</tool_response>"}
+    vocab, qwen3 = tokenizer.get_vocab(), get_chat_format("qwen3")
+    ids = prompt_ids(tokenizer, [few_shot, PROMPT], chat_format=qwen3, trusted=[few_shot, PROMPT])
+    assert vocab["<tool_response>"] in ids
+    observed = [PROMPT, {**few_shot, "role": "user"}]  # the same text from an environment is quoted
+    assert vocab["<tool_response>"] not in prompt_ids(tokenizer, observed, chat_format=qwen3, trusted=[PROMPT])
