@@ -20,6 +20,7 @@ from rlfactory_nb.envs.base import Response
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.programs import AgentProgram
 from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.types import ToolCall
 from tests.programs.conftest import ReplayEngine
 
 CALL = '<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
@@ -139,3 +140,22 @@ async def test_an_environment_tools_arguments_are_checked_against_its_schema(tok
     assert "1008.5 is not of type 'integer'" in results[0].content
     assert "'1008' is not of type 'integer'" in results[1].content
     assert traj.turns[-1].state == {"orders": {"1008": "pending"}, "log": []}, "a call the schema refuses ran"
+
+
+async def test_the_shops_cancel_order_refuses_a_fractional_order_id():
+    """The issue's case on the shipped recipe: the action was logged and "Done" said, order unchanged."""
+    from rlfactory_nb.recipes.shop.env import Shop
+    from tests.examples.test_shop import a_row
+
+    row = a_row("cancel")
+    order_id = row["gold_actions"][0]["arguments"]["order_id"]
+    shop = Shop()
+    await shop.reset(row, seed=0)
+    try:
+        [refused] = await shop.call_tools([ToolCall("cancel_order", {"order_id": order_id + 0.5})])
+        assert refused.status == "invalid_args" and "is not of type 'integer'" in refused.content
+        assert shop.reward() == 0.0, "the shop changed for a call its schema refuses"
+        [done] = await shop.call_tools([ToolCall("cancel_order", {"order_id": order_id})])
+        assert done.ok and shop.reward() == 1.0
+    finally:
+        await shop.close()
