@@ -93,9 +93,10 @@ class Agent:
         if self.tokenizer is None:
             raise ConfigError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
         self.tools = tools
-        self.max_text_chars = max_text_chars or getattr(getattr(tools, "settings", None), "max_result_chars", None) or ToolSetSettings.max_result_chars
-        """the most characters of any one text entering a trajectory from outside the model (rollout/guard.py
-        `admitted`): the ToolSet's `max_result_chars` unless given"""
+        toolset_limit = getattr(getattr(tools, "settings", None), "max_result_chars", None)
+        self.max_text_chars = max_text_chars or toolset_limit or ToolSetSettings.max_result_chars
+        """the most characters of any one text entering a trajectory from outside the model
+        (rollout/guard.py `admitted`): the ToolSet's `max_result_chars` unless given"""
         self.chat_format = resolve_chat_format(chat_format, self.tokenizer)
         enable_thinking = thinks_by_default(self.tokenizer) if enable_thinking is None else enable_thinking  # None: the template's
         markers = self.chat_format.reasoning

@@ -253,7 +253,7 @@ class AgentSession:
                 return self._finish("stop", turn)
             if traj.num_turns >= agent.max_turns:
                 return self._finish("max_turns", turn)
-            answer = admitted(response.messages, agent.max_text_chars)
+            answer = [dict(message) for message in response.messages]
         ended = None if turn.calls or turn.parse_errors else self._stop_token()
         delta = delta_ids(agent.tokenizer, answer, agent.enable_thinking, agent.chat_format, traj.messages[-1], ended)
         if len(progress.all_ids) + len(delta) >= agent.max_total_tokens:
@@ -285,8 +285,8 @@ class AgentSession:
             counts = env_returns.user_counts(response.info)
         except EpisodeError as error:
             raise self.episode.failed(error.kind, error) from None
-        response = dataclasses.replace(response, messages=replies)
-        turn.replies = admitted(replies, self.agent.max_text_chars)
+        response = dataclasses.replace(response, messages=admitted(replies, self.agent.max_text_chars))
+        turn.replies = [dict(message) for message in response.messages]
         turn.speaker = response.speaker
         if response.reward is not None:
             turn.env_reward = response.reward
