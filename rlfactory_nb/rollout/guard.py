@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlfactory_nb.chat.quoting import NAME_PATTERN, Quoter, encode, safe_name
+from rlfactory_nb.chat.quoting import NAME_PATTERN, Quoter, encode, is_text_part, safe_name
 from rlfactory_nb.tools.validate import cut_text
 from rlfactory_nb.types import Message
 
@@ -67,14 +67,10 @@ def _admitted(message: Message, limit: int) -> Message:
     if isinstance(content, str):
         cut: Any = cut_text(content, limit)
     elif isinstance(content, list):
-        cut = [{**part, "text": cut_text(part["text"], limit)} if _is_text(part) else part for part in content]
+        cut = [{**part, "text": cut_text(part["text"], limit)} if is_text_part(part) else part for part in content]
     else:
         return message
     return message if cut == content else {**message, "content": cut}
-
-
-def _is_text(part: Any) -> bool:
-    return isinstance(part, dict) and isinstance(part.get("text"), str)
 
 
 def guard_call_names(message: Message | None) -> Message | None:
