@@ -7,9 +7,11 @@ files, modules and commands that a run built from it starts. Whoever can write t
 both, so both are used only when they carry this user's signature: an HMAC-SHA256 keyed by a secret
 kept outside every run folder (`key_file()`). objects.sig.json signs objects.pkl with the names the
 config gave the reward and tools file when they were saved (objects.py says why);
-run_config.sig.json, beside a checkpoint's run_config.yaml, signs that config's text. Anything else
-is refused with `UntrustedRunObjects` naming the key file, unless the reader is told to trust the
-folder (`trust_run_objects=True`) or it was signed once with `objects.trust_run_folder`.
+run_config.sig.json, beside a checkpoint's run_config.yaml, signs that config's text;
+`<file>.sig.json` signs a pickle saved elsewhere by the same hand (`RewardLab.save_reward`, which
+notebooks keep under `runs/`). Anything else is refused with `UntrustedRunObjects` naming the key
+file, unless the reader is told to trust it (`trust_run_objects=True`) or the folder was signed once
+with `objects.trust_run_folder`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SIGNATURE_FILE = "objects.sig.json"
 CONFIG_SIGNATURE_FILE = "run_config.sig.json"
 _CONFIG_SIGNED = {"signs": "run_config.yaml"}
 """what a config's HMAC covers besides its text: a config's signature never passes for a pickle's"""
+_FILE_SIGNED = {"signs": "a saved pickle"}
 
 
 def key_file() -> Path:
@@ -85,19 +88,15 @@ def read_signature(folder: Path) -> dict[str, Any]:
 
 def check_signature(folder: Path, data: bytes) -> None:
     record = read_signature(folder)
-    if not record:
-        why = f"it has no readable signature ({folder / SIGNATURE_FILE} is missing or damaged)"
-    elif not hmac.compare_digest(str(record.get("hmac_sha256")), _digest(data, record.get("named_by_config"))):
-        why = f"its signature does not match this user's key ({key_file()}): another user or machine wrote it, or it changed since"
-    else:
-        return
-    raise UntrustedRunObjects(
-        f"refusing to load {folder / PICKLE_FILE}: {why}. Unpickling it would run the code it holds as you. "
-        f"If you trust who wrote this run folder, read {folder / 'reward.py'} (and tools.py), then pass "
-        "trust_run_objects=True (train, launch, evaluate, job.stepper) or sign the folder once with "
-        "rlfactory_nb.data.objects.trust_run_folder(run_dir); or delete objects.pkl to resume with what the "
-        "config names"
-    )
+    why = _untrusted(record, data, record.get("named_by_config"), folder / SIGNATURE_FILE)
+    if why:
+        raise UntrustedRunObjects(
+            f"refusing to load {folder / PICKLE_FILE}: {why}. Unpickling it would run the code it holds as you. "
+            f"If you trust who wrote this run folder, read {folder / 'reward.py'} (and tools.py), then pass "
+            "trust_run_objects=True (train, launch, evaluate, job.stepper) or sign the folder once with "
+            "rlfactory_nb.data.objects.trust_run_folder(run_dir); or delete objects.pkl to resume with what the "
+            "config names"
+        )
 
 
 def config_signature(text: str) -> str:
@@ -109,23 +108,61 @@ def check_config_signature(text: str, signature: str | None, where: str, names_c
     """Refuse the run config `text` read from `where` unless `signature` (the text of its
     run_config.sig.json, None when missing) is this user's for it; `names_code`: what the config
     names that a run built from it would run, for the message."""
+    why = _untrusted(_parsed(signature), text.encode(), _CONFIG_SIGNED, f"{CONFIG_SIGNATURE_FILE} beside it")
+    if why:
+        named = ", ".join(names_code) or "its reward, tools and environment"
+        raise UntrustedRunObjects(
+            f"refusing to build a run from {where}: {why}. A run built from it would run, as you, what it "
+            f"names: {named}. If you trust who wrote this run folder, read those, then pass "
+            "trust_run_objects=True (job.stepper, job.config) or sign the folder once with "
+            "rlfactory_nb.data.objects.trust_run_folder(run_dir)"
+        )
+
+
+def sign_file(path: Path, data: bytes) -> Path:
+    """Sign `data`, the bytes just saved at `path` (a pickle kept outside a run folder, e.g.
+    `RewardLab.save_reward`'s), in `<path>.sig.json`; returns that file."""
+    signature = _file_signature(path)
+    signature.write_text(json.dumps({"hmac_sha256": _digest(data, _FILE_SIGNED)}) + "\n", encoding="utf-8")
+    return signature
+
+
+def check_file(path: Path, data: bytes, readable: Path) -> None:
+    """Refuse the pickle `data` read from `path` unless `sign_file` signed it with this user's key;
+    `readable`: its source, which the message tells the reader to read first."""
+    signature = _file_signature(path)
     try:
-        record = json.loads(signature) if signature is not None else None
+        text = signature.read_text(encoding="utf-8")
+    except OSError:
+        text = None
+    why = _untrusted(_parsed(text), data, _FILE_SIGNED, signature)
+    if why:
+        raise UntrustedRunObjects(
+            f"refusing to load {path}: {why}. Unpickling it would run the code it holds as you. If you "
+            f"trust who wrote it, read {readable}, then pass trust_run_objects=True"
+        )
+
+
+def _file_signature(path: Path) -> Path:
+    return path.with_name(path.name + ".sig.json")
+
+
+def _parsed(text: str | None) -> dict[str, Any]:
+    try:
+        record = json.loads(text) if text is not None else None
     except ValueError:
-        record = None
-    if not isinstance(record, dict):
-        why = f"it has no readable signature ({CONFIG_SIGNATURE_FILE} beside it is missing or damaged)"
-    elif not hmac.compare_digest(str(record.get("hmac_sha256")), _digest(text.encode(), _CONFIG_SIGNED)):
-        why = f"its signature does not match this user's key ({key_file()}): another user or machine wrote it, or it changed since"
-    else:
-        return
-    named = ", ".join(names_code) or "its reward, tools and environment"
-    raise UntrustedRunObjects(
-        f"refusing to build a run from {where}: {why}. A run built from it would run, as you, what it "
-        f"names: {named}. If you trust who wrote this run folder, read those, then pass "
-        "trust_run_objects=True (job.stepper, job.config) or sign the folder once with "
-        "rlfactory_nb.data.objects.trust_run_folder(run_dir)"
-    )
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _untrusted(record: dict[str, Any], data: bytes, named: Any, where: Any) -> str:
+    """Why `data` is not trusted under the signature `record` read from `where` ("" when it is):
+    the one check of every signature."""
+    if not record:
+        return f"it has no readable signature ({where} is missing or damaged)"
+    if not hmac.compare_digest(str(record.get("hmac_sha256")), _digest(data, named)):
+        return f"its signature does not match this user's key ({key_file()}): another user or machine wrote it, or it changed since"
+    return ""
 
 
 def names_code(cfg: Any) -> list[str]:

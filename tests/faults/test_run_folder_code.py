@@ -5,17 +5,21 @@ without objects.pkl builds its run from it. And on resume the config wins over a
 environment or program, as it does over a pickled reward."""
 
 import logging
+import os
+import pickle
 
 import pytest
 from tiny_models import random_qwen3
 
 from rlfactory_nb.cluster.jobs import TrainingJob
 from rlfactory_nb.data.objects import RunObjects, trust_run_folder
+from rlfactory_nb.data.signing import sign_file
 from rlfactory_nb.envs.base import Environment
 from rlfactory_nb.errors import UntrustedRunObjects
 from rlfactory_nb.models.checkpoint import save_checkpoint
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.programs.program import AgentProgram
+from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.train.run_folder import RunFolder
 
 
@@ -92,3 +96,27 @@ def test_on_resume_the_env_and_program_the_config_names_win_over_the_pickled_one
 
     kept = RunObjects.resumed(started.run_dir, started, say=say)  # the same config: the pickled ones stay
     assert kept.env is Pickled and kept.agent is not None
+
+
+def test_a_lab_reward_planted_under_runs_is_refused_before_it_is_unpickled(tmp_path):
+    """Notebook 02 saves the lab's reward under `runs/` and notebook 03 loads it: the same rule."""
+    marker, path = tmp_path / "pwned", tmp_path / "runs" / "lab_reward.pkl"
+    path.parent.mkdir()
+
+    class RunsACommand:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    path.write_bytes(pickle.dumps(RunsACommand()))
+    with pytest.raises(UntrustedRunObjects, match=r"lab_reward\.pkl: it has no readable signature.*lab_reward\.py"):
+        RewardLab.load_reward(path, if_missing=None)
+    assert not marker.exists(), "load_reward unpickled a file nobody signed"
+
+    data = RunObjects.of(reward=play).dumps()  # what save_reward writes, signed by this user
+    path.write_bytes(data)
+    sign_file(path, data)
+    assert RewardLab.load_reward(path)({}, None) == "pickled"
+    path.write_bytes(pickle.dumps(RunsACommand()))  # swapped after signing
+    with pytest.raises(UntrustedRunObjects, match="does not match"):
+        RewardLab.load_reward(path)
+    assert not marker.exists()
