@@ -55,8 +55,9 @@ def prompt_ids(
     rolls one prompt out `group_size` times: it is rendered once (tool schemas make a render cost
     milliseconds) and kept in a cache bounded by bytes. A prompt longer than `keep_up_to` tokens
     (one its caller refuses) is not kept."""
-    key = (tokenizer, str(getattr(tokenizer, "chat_template", None)), getattr(chat_format, "name", None),
-           json.dumps([messages, tools or None, enable_thinking, trusted], sort_keys=True, default=repr))
+    key = (tokenizer, str(getattr(tokenizer, "chat_template", None)), json.dumps(
+        [messages, tools or None, enable_thinking, getattr(chat_format, "name", None), trusted], sort_keys=True, default=repr,
+    ))
     ids = _PROMPTS.get(key)
     if ids is None:
         guarded, found = guard.guard_prompt(tokenizer, messages, chat_format, trusted)
@@ -64,7 +65,6 @@ def prompt_ids(
         ids = tuple(guard.encode(tokenizer, text, found))
         if keep_up_to is None or len(ids) <= keep_up_to:
             _PROMPTS.put(key, ids)
-    return list(ids)
     return list(ids)
 
 
