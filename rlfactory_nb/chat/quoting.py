@@ -64,7 +64,7 @@ class Quoter:
         if isinstance(content, str):
             return self.text(content)
         if isinstance(content, list):
-            return [{**part, "text": self.text(part["text"])} if _is_text_part(part) else part for part in content]
+            return [{**part, "text": self.text(part["text"])} if is_text_part(part) else part for part in content]
         return content
 
     def messages(self, messages: Sequence[Message]) -> list[Message]:
@@ -123,7 +123,8 @@ def marker_texts(tokenizer: Any, chat_format: Any = None) -> tuple[str, ...]:
     return tuple(sorted((text for text in texts if text), key=lambda text: (-len(text), text)))
 
 
-def _is_text_part(part: Any) -> bool:
+def is_text_part(part: Any) -> bool:
+    """Whether a part of a list content is text (a dict with a `text` string), which is read."""
     return isinstance(part, dict) and isinstance(part.get("text"), str)
 
 

@@ -28,6 +28,7 @@ from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig, load_yaml
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row
+from rlfactory_nb.data.signing import CONFIG_SIGNATURE_FILE, check_config_signature, names_code
 from rlfactory_nb.errors import (
     ClusterError,
     DriverTimeout,
@@ -392,25 +393,33 @@ class TrainingJob:
         """A RolloutStepper on `job.engine(**options)`, with the run's tools, parser and limits;
         `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
         shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
-        objects even without this user's signature (data/objects.py)."""
-        cfg = self.config()
+        objects, and the config its last checkpoint kept, even without this user's signature
+        (data/signing.py): both name code the stepper runs."""
+        cfg = self.config(trust_run_objects)
         objects = RunObjects.load(self.run_dir, trust_run_objects)
         shared = SharedToolCache(cfg.name) if not self.done else None  # a live job's tool cache, joined
         runtime = Runtime.from_config(cfg, objects, engine=self.engine(**options), shared_cache=shared)
         return runtime.start_sync().stepper(prompt)
 
-    def config(self) -> RunConfig:
-        """The run's config: the driver's while it lives, else the one saved with the last checkpoint."""
+    def config(self, trust_run_objects: bool = False) -> RunConfig:
+        """The run's config: the driver's while it lives, else the one saved with the last checkpoint,
+        refused (UntrustedRunObjects) unless it carries this user's signature or `trust_run_objects`:
+        a run built from it runs the code it names (data/signing.py)."""
         live = self._ask("run_config")
         if live is not None:
             return RunConfig.from_dict(live)
         checkpoints = self.checkpoints
-        text = Storage.at(checkpoints[-1]).read_text(RUN_CONFIG) if checkpoints else None
-        if text is None:
+        store = Storage.at(checkpoints[-1]) if checkpoints else None
+        text = store.read_text(RUN_CONFIG) if store is not None else None
+        if store is None or text is None:
             raise PathNotFoundError(
                 f"job {self.name!r}: no live driver and no checkpoint with {RUN_CONFIG} to read its config from"
             )
-        return RunConfig.from_dict(load_yaml(text, f"{checkpoints[-1]}/{RUN_CONFIG}") or {})
+        where = f"{checkpoints[-1]}/{RUN_CONFIG}"
+        cfg = RunConfig.from_dict(load_yaml(text, where) or {})
+        if not trust_run_objects:
+            check_config_signature(text, store.read_text(CONFIG_SIGNATURE_FILE), where, names_code(cfg))
+        return cfg
 
     def _snapshot(self) -> dict[str, Any] | None:
         """The driver's copy of the current weights, or None when the run has ended meanwhile."""

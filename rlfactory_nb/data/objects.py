@@ -31,9 +31,11 @@ a byte is unpickled, unless the caller passes `trust_run_objects=True` after rea
 travel in memory and need no check; a resume reads the folder, so a driver on another node needs the
 same key file (`$RLFACTORY_NB_KEY_FILE` may point at a shared one).
 
-On resume the config wins: the signature file also records which reward and tools file the config
-named when the objects were saved, and a resume whose config names another reward (or tools file)
-uses the config's instead of the pickled ones (`RunObjects.resumed`, which says which in one line).
+On resume the config wins: the signature file also records which reward, tools file, environment
+(`rollout.env`) and agent program (`rollout.program`) the config named when the objects were saved,
+and a resume whose config names another uses the config's instead of the pickled one
+(`RunObjects.resumed`, which says which in one line). A folder signed before the environment and
+program were recorded keeps its pickled ones.
 To keep a pickled reward anyway, pass it: `train(cfg, resume=True, reward=RunObjects.load(run_dir).reward)`.
 """
 
@@ -57,9 +59,11 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.readable import keep_source, own_name, readable_source, source_listing, user_modules
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.data.signing import (
+    CONFIG_SIGNATURE_FILE,
     PICKLE_FILE,
     SIGNATURE_FILE,
     check_signature,
+    config_signature,
     read_signature,
     write_signature,
 )
@@ -282,9 +286,9 @@ class RunObjects:
     def resumed(
         cls, run_dir: str | Path, config: RunConfig, trust_run_objects: bool = False, say: Callable[[str], None] = print
     ) -> RunObjects:
-        """The objects a resume of `config` uses: the folder's, less the reward and tools when
-        `config` names others than it did when they were saved (the config wins); `say` gets one line
-        saying which were used."""
+        """The objects a resume of `config` uses: the folder's, less the reward, tools, environment
+        and agent program that `config` names otherwise than it did when they were saved (the config
+        wins); `say` gets one line saying which were used."""
         with local_run_code(run_dir) as local:
             kept = cls.load(local, trust_run_objects)
             recorded = read_signature(local / CODE_DIR).get("named_by_config") if kept is not None else None
@@ -292,7 +296,7 @@ class RunObjects:
             return cls()
         now = _named_by(config)
         changes, used = {}, []
-        for field_name in ("reward", "tools"):
+        for field_name in ("reward", "tools", "env", "agent"):
             if getattr(kept, field_name) is None:
                 continue
             names_pickle = field_name == "reward" and config.reward.function.startswith(f"{PICKLE_FILE}:")
@@ -323,14 +327,24 @@ def local_run_code(run_dir: str | Path) -> Iterator[Path]:
         yield Path(temporary)
 
 
-def trust_run_folder(run_dir: str | Path) -> Path:
-    """Sign a run folder's objects.pkl with this user's key, so that every later resume (the CLI's
-    included) loads it: the step to take after reading its code/reward.py and code/tools.py. The
-    recorded config names are kept. Returns the signature file."""
+def trust_run_folder(run_dir: str | Path) -> list[Path]:
+    """Sign a run folder's code with this user's key: its objects.pkl (the recorded config names are
+    kept) and the run config of each checkpoint, so that every later resume, stepper and evaluation
+    uses them: the step to take after reading its code/reward.py, code/tools.py and what the configs
+    name. Returns the signature files written."""
+    from rlfactory_nb.models.checkpoint import RUN_CONFIG, list_checkpoints  # torch: only when signing
+
     folder = Path(run_dir) / CODE_DIR
-    data = (folder / PICKLE_FILE).read_bytes()
-    recorded = read_signature(folder).get("named_by_config")
-    return write_signature(folder, data, recorded)
+    written = []
+    if (folder / PICKLE_FILE).exists():
+        recorded = read_signature(folder).get("named_by_config")
+        written.append(write_signature(folder, (folder / PICKLE_FILE).read_bytes(), recorded))
+    for checkpoint in list_checkpoints(run_dir):
+        config = checkpoint.path / RUN_CONFIG
+        if config.is_file():
+            written.append(checkpoint.path / CONFIG_SIGNATURE_FILE)
+            written[-1].write_text(config_signature(config.read_text(encoding="utf-8")), encoding="utf-8")
+    return written
 
 
 def _extra_tools(tools: ExtraTools | None) -> ToolsFile | None:
@@ -342,14 +356,17 @@ def _extra_tools(tools: ExtraTools | None) -> ToolsFile | None:
 
 
 def _named_by(config: RunConfig | None) -> dict[str, Any] | None:
-    """What a RunConfig names for the reward and tools, as the signature records it. Files by name
-    only: the driver of a Ray job reads the same file under another folder (cluster/shipping.py)."""
+    """What a RunConfig names for the reward, tools, environment (`rollout.env`) and agent program
+    (`rollout.program`), as the signature records it. Files by name only: the driver of a Ray job
+    reads the same file under another folder (cluster/shipping.py)."""
     if config is None:
         return None
-    tools = config.tools.config
+    tools, program = config.tools.config, config.rollout.program
     return {
         "reward": [Path(config.reward.function).name, config.reward.args],
         "tools": None if tools is None else Path(tools).name,
+        "env": config.rollout.env,
+        "agent": None if program is None else Path(program).name,
     }
 
 

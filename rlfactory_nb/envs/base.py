@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError
 from rlfactory_nb.extras import extra_hint
+from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.python import PythonTool
 from rlfactory_nb.types import Message, ToolCall, ToolResult, ToolSpec, Turn
 
@@ -153,13 +154,11 @@ async def _call_method_tool(tools: dict[str, PythonTool], call: ToolCall) -> Too
     if bound is None:
         known = ", ".join(sorted(tools)) or "none"
         return ToolResult(call.name, "unknown_tool", f"unknown tool {call.name!r}; this episode's tools: {known}")
-    unexpected = set(call.arguments) - set(bound.input_schema.get("properties", {}))
-    missing = set(bound.input_schema.get("required", [])) - set(call.arguments)
-    if unexpected or missing:
-        problem = f"unexpected {sorted(unexpected)}" if unexpected else f"missing {sorted(missing)}"
-        return ToolResult(call.name, "invalid_args", f"{call.name}: arguments {problem}", time.perf_counter() - started)
+    arguments, problem = validate.checked_arguments(call.name, bound.input_schema, call.arguments)
+    if problem:  # the ToolSet's own check: a schema binds a method as it binds a server's tool
+        return ToolResult(call.name, "invalid_args", validate.shown_text(problem), time.perf_counter() - started)
     try:
-        reply = await bound.run(call.arguments)
+        reply = await bound.run(arguments)
     except Exception as error:  # noqa: BLE001 - a tool failure is data: the model reads it
         return ToolResult(call.name, "error", f"{type(error).__name__}: {error}", time.perf_counter() - started)
     return ToolResult(call.name, "ok", reply.text, time.perf_counter() - started, details=reply.details or None)

@@ -9,8 +9,11 @@ Layout under `runs/<name>/checkpoints/`:
                             `rlfactory-nb export` writes the merged folder.
         trainer_state.pt    step, optimizer state, RNG states (python, numpy, torch)
         run_config.yaml     the run config that produced it
+        run_config.sig.json its signature with this user's key (data/signing.py): a run is built
+                            from a folder's config only when it checks out (`job.stepper()`)
         digests.json        the SHA-256 of every other file, checked before anything is loaded;
-                            a file it does not list is refused (it could be an added adapter)
+                            a file it does not list is refused (it could be an added adapter);
+                            run_config.sig.json is not listed (`trust_run_folder` may re-sign it)
     latest                  the name of the newest complete checkpoint, written last
 
 Checkpoints are shared like models, so reading one runs no code from it: the trainer state is loaded
@@ -46,6 +49,7 @@ import numpy as np
 import torch
 from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
+from rlfactory_nb.data.signing import CONFIG_SIGNATURE_FILE, config_signature
 from rlfactory_nb.errors import CheckpointError
 from rlfactory_nb.local_files import read_regular, write_atomic
 from rlfactory_nb.models.reasoning_mode import record_mode, trained_mode
@@ -134,7 +138,7 @@ def verify_digests(folder: str | Path) -> None:
                 f"{file} does not match its digest in {listing}: the file changed after it was "
                 "written (corrupted or tampered with); resume from an earlier checkpoint"
             )
-    listed = {Path(name).name for name in digests} | {DIGESTS}
+    listed = {Path(name).name for name in digests} | {DIGESTS, CONFIG_SIGNATURE_FILE}
     unlisted = sorted(entry.name for entry in folder.iterdir() if entry.name not in listed)
     if unlisted:
         raise CheckpointError(
@@ -219,10 +223,12 @@ def _write_folder(
     state = {"format": 1, "step": step, "optimizer": optimizer_state, "rng": rng_state()}
     torch.save(state, folder / TRAINER_STATE)
     if config is not None:
-        config.to_yaml(folder / RUN_CONFIG)
+        text = config.to_yaml(folder / RUN_CONFIG)
         given = config.rollout.enable_thinking
         record_mode(folder, trained_mode(config.model.name) if given is None else given)
     write_digests(folder)
+    if config is not None:  # unlisted: loading the checkpoint as a model never reads it
+        (folder / CONFIG_SIGNATURE_FILE).write_text(config_signature(text), encoding="utf-8")
     for file in folder.rglob("*"):
         if file.is_file():
             _fsync_file(file)

@@ -131,7 +131,7 @@ def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, tr
 
 
 def _render_prompt(serving: Serving, messages: list[Message]) -> list[int]:
-    return prompt_ids(serving.tokenizer, messages, None, serving.enable_thinking)
+    return prompt_ids(serving.tokenizer, messages, None, serving.enable_thinking, chat_format=serving.chat_format, trusted=messages)
 
 
 def _finish(calls: Sequence[CallRecord], episode: Episode) -> FinishReason:

@@ -94,7 +94,10 @@ class AgentProgram:
             settings = replace(
                 settings, chat_format=rollout.chat_format, request_sampling=False, drift=drift or rollout.drift_check,
                 enable_thinking=settings.enable_thinking if thinking is None else thinking,
-                limits=Limits(rollout.max_turns, rollout.max_new_tokens, rollout.max_total_tokens),
+                limits=Limits(
+                    rollout.max_turns, rollout.max_new_tokens, rollout.max_total_tokens,
+                    max_text_chars=cfg.tools.max_result_chars or Limits.max_text_chars,
+                ),
                 sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
             )
         bound = AgentProgram(
@@ -240,7 +243,10 @@ class ProgramSession:
         if self._current is None:
             serving = self.program.serving()
             self._current = Trajectory(
-                prompt_ids(serving.tokenizer, self.row["messages"], None, serving.enable_thinking),
+                prompt_ids(
+                    serving.tokenizer, self.row["messages"], None, serving.enable_thinking,
+                    chat_format=serving.chat_format, trusted=self.row["messages"],
+                ),
                 messages=list(self.row["messages"]), metadata=_metadata(self.row), id=self.id,
             )
         return self._current
@@ -280,7 +286,7 @@ class ProgramSession:
         if self._task is not None:
             return
         endpoint = await self.program.endpoint()
-        self._episode = endpoint.open(EpisodeSession(self.program.serving(), self.sample_id, self.gate))
+        self._episode = endpoint.open(EpisodeSession(self.program.serving(), self.sample_id, self.gate, self.row["messages"]))
         llm = LLM(endpoint.base_url(self._episode), self._episode.key, self.program.settings.model_name,
                   self.program.tools, self.program.settings, endpoint)
         self._task = asyncio.ensure_future(self._play(endpoint, llm))

@@ -39,8 +39,10 @@ from rlfactory_nb.programs.wire import (
     text_of,
     to_template_messages,
 )
+from rlfactory_nb.rollout.guard import admitted
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
+from rlfactory_nb.tools.config import ToolSetSettings
 from rlfactory_nb.types import Message, ToolCall, Turn
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,9 @@ class Limits:
     """tokens per call; a request's max_tokens may only lower it"""
     max_total_tokens: int = 1024
     """prompt + completion tokens of any one call"""
+    max_text_chars: int = ToolSetSettings.max_result_chars
+    """characters of any one text of a request's history but the model's own turns (longer ones are
+    cut, with the ToolSet's marker: rollout/guard.py `admitted`); a run's `tools.max_result_chars`"""
 
 
 @dataclass
@@ -132,8 +137,13 @@ class CallRecord:
 class EpisodeSession:
     """The calls of one episode. Reached at `/s/<id>/v1` with its own key; a closed session refuses."""
 
-    def __init__(self, serving: Serving, sample_id: SampleId | None = None, gate: asyncio.Semaphore | None = None):
+    def __init__(
+        self, serving: Serving, sample_id: SampleId | None = None, gate: asyncio.Semaphore | None = None,
+        prompt: Sequence[Message] = (),
+    ):
         self.serving = serving
+        self.prompt = list(prompt)
+        """the row's own prompt messages: a whole render leaves them unguarded (rollout/guard.py)"""
         self.id = secrets.token_hex(8)
         self.key = "rfs-" + secrets.token_urlsafe(24)
         self.sample_id = sample_id
@@ -168,6 +178,7 @@ class EpisodeSession:
             await self.gate.acquire()
             self._check_open()
         arrived = time.perf_counter()
+        request = replace(request, messages=admitted(request.messages, limits.max_text_chars))  # the one cut (rollout/guard.py)
         self._check_size(request)
         messages = to_template_messages(request.messages, serving.chat_format)
         prompt, extends = self._prompt(request, messages)
@@ -222,9 +233,11 @@ class EpisodeSession:
                 return earlier.all_ids + delta, earlier.index
             except TemplateError:  # the template re-renders history for these messages (Qwen3 after a
                 pass  # new user turn drops past reasoning): what the model reads is the whole render
-        return prompt_ids(
+        whole = prompt_ids(
             serving.tokenizer, messages, request.tools, serving.enable_thinking, keep_up_to=serving.limits.max_total_tokens - 1,
-        ), None
+            chat_format=serving.chat_format, trusted=self.prompt,
+        )
+        return whole, None
 
     def _extended_call(self, request: ChatRequest, messages: list[Message]) -> CallRecord | None:
         """The latest call whose history and reply the request's history continues with new tool or

@@ -32,6 +32,7 @@ from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.readable import source_listing
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.data.signing import check_file, sign_file
 from rlfactory_nb.errors import ConfigError, LabNotSampled, RegistryKeyError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
@@ -140,7 +141,9 @@ class RewardLab:
         objects = RunObjects.of(reward=self.reward(*names))
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(objects.dumps())
+        data = objects.dumps()
+        path.write_bytes(data)
+        sign_file(path, data)
         header = (
             f"The lab reward saved by RewardLab.save_reward, for reading: this file is never run. "
             f"RewardLab.load_reward loads the pickled copy, {path.name}, in this folder."
@@ -149,12 +152,17 @@ class RewardLab:
         return path
 
     @staticmethod
-    def load_reward(path: str | Path, if_missing: Any = FileNotFoundError) -> Any:
-        """What `save_reward` wrote (it runs the pickled code: load only files you trust); when there
-        is no such file, `if_missing` (e.g. None: use the config's reward) unless it is the default."""
-        if not Path(path).exists() and if_missing is not FileNotFoundError:
+    def load_reward(path: str | Path, if_missing: Any = FileNotFoundError, trust_run_objects: bool = False) -> Any:
+        """What `save_reward` wrote, when this user's signature is beside it (`<path>.sig.json`, the
+        run folders' rule: data/signing.py) or `trust_run_objects`: unpickling runs its code. When
+        there is no such file, `if_missing` (e.g. None: use the config's reward) unless it is the default."""
+        path = Path(path)
+        if not path.exists() and if_missing is not FileNotFoundError:
             return if_missing
-        return RunObjects.loads(Path(path).read_bytes()).reward
+        data = path.read_bytes()
+        if not trust_run_objects:
+            check_file(path, data, path.with_suffix(".py"))
+        return RunObjects.loads(data).reward
 
     # ------------------------------------------------------------------ what the samples say
 

@@ -38,13 +38,15 @@ from typing import Any
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.engines.base import Engine, SamplingParams
-from rlfactory_nb.envs.base import env_factory
+from rlfactory_nb.envs.base import ToolSetEnvironment, env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
 from rlfactory_nb.models.reasoning_mode import trained_mode
 from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
 from rlfactory_nb.rollout.tokens import DriftMode, drift_check, prompt_opens, thinks_by_default
+from rlfactory_nb.tools.config import ToolSetSettings
+from rlfactory_nb.tools.validate import cut_text
 from rlfactory_nb.types import Message, ToolResult, ToolSpec, Trajectory, Turn
 
 __all__ = ["Agent", "AgentSession"]
@@ -63,7 +65,8 @@ class Agent:
 
     `env_timeout_s` bounds the time one episode spends in its steps (`rollout.env_timeout_s`: an
     hour unless set; None: no bound); `max_open_envs` the episodes running at once (an environment
-    may hold a process or a database each)."""
+    may hold a process or a database each); `max_text_chars` the characters of any one text an
+    environment adds (default: the ToolSet's `max_result_chars`)."""
 
     def __init__(
         self,
@@ -82,6 +85,7 @@ class Agent:
         env: Any = None,
         env_timeout_s: float | None = DEFAULTS.rollout.env_timeout_s,
         max_open_envs: int | None = None,
+        max_text_chars: int | None = None,
     ):
         self.policy = policy
         # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
@@ -89,6 +93,10 @@ class Agent:
         if self.tokenizer is None:
             raise ConfigError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
         self.tools = tools
+        toolset_limit = getattr(getattr(tools, "settings", None), "max_result_chars", None)
+        self.max_text_chars = max_text_chars or toolset_limit or ToolSetSettings.max_result_chars
+        """the most characters of any one text entering a trajectory from outside the model
+        (rollout/guard.py `admitted`): the ToolSet's `max_result_chars` unless given"""
         self.chat_format = resolve_chat_format(chat_format, self.tokenizer)
         enable_thinking = thinks_by_default(self.tokenizer) if enable_thinking is None else enable_thinking  # None: the template's
         markers = self.chat_format.reasoning
@@ -155,6 +163,7 @@ class Agent:
             env=env,
             env_timeout_s=getattr(rollout, "env_timeout_s", DEFAULTS.rollout.env_timeout_s),
             max_open_envs=getattr(rollout, "max_open_envs", None),
+            max_text_chars=cfg.tools.max_result_chars,
         )
 
     @property
@@ -260,6 +269,10 @@ class Agent:
             results = list(await episode.call("tool", "call_tools", list(turn.calls)))
             if len(results) != len(turn.calls) or not all(isinstance(r, ToolResult) for r in results):
                 raise episode.failed("tool", TypeError(f"call_tools returned {len(results)} results for {len(turn.calls)} calls"))
+            if not all(isinstance(r.content, str) for r in results):
+                raise episode.failed("tool", TypeError("call_tools returned a ToolResult whose content is not text"))
+            if not isinstance(episode.instance, ToolSetEnvironment):  # a ToolSet cut its results by the same rule
+                results = [replace(r, content=cut_text(r.content, self.max_text_chars)) for r in results]
         turn.results = results
         turn.tools_s = time.perf_counter() - started
         answers = [(result.content, call) for result, call in zip(results, turn.calls)]

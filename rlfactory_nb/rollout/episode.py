@@ -30,6 +30,7 @@ from typing import Any
 from rlfactory_nb._threads import in_thread
 from rlfactory_nb.envs.base import EnvFactory, Environment, ToolSetEnvironment
 from rlfactory_nb.errors import EpisodeError
+from rlfactory_nb.tools import validate
 
 
 @dataclass
@@ -115,7 +116,7 @@ class Episode:
             return self.instance
         started = time.perf_counter()
         try:
-            self.instance = await in_thread("env", self.factory)
+            self.instance = await in_thread("env", self._make)
         except Exception as error:
             self.release_slot()
             raise self.failed("create", error) from error
@@ -127,6 +128,13 @@ class Episode:
             raise self.failed("create", TypeError(f"the env factory returned {type(made).__name__}, not an Environment"))
         self.stats.opened += 1
         return self.instance
+
+    def _make(self) -> Environment:
+        """The factory's instance, with the tool argument check ready (in this worker thread, not on
+        the loop: importing jsonschema on the first tool call stalled every episode for 1.4 s)."""
+        instance = self.factory()
+        validate.warm()
+        return instance
 
     def overrides(self, name: str) -> bool:
         """Whether the instance has its own `name` (the base class's default is not worth a call)."""

@@ -15,6 +15,7 @@ cancelled step closes it before the cancellation goes on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 import uuid
@@ -22,9 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlfactory_nb.envs.base import Reset, Response, ToolSetEnvironment
+from rlfactory_nb.envs.base import Response, ToolSetEnvironment
 from rlfactory_nb.errors import DatasetError, EpisodeError
+from rlfactory_nb.rollout import env_returns
 from rlfactory_nb.rollout.episode import Episode, env_error_record
+from rlfactory_nb.rollout.guard import admitted
 from rlfactory_nb.rollout.seeds import SampleId, request_seed
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
 from rlfactory_nb.types import FinishReason, Message, Trajectory, Turn
@@ -91,6 +94,8 @@ class AgentSession:
         self.sample_id = sample_id
         self.keep_open = keep_open
         self.row, messages = split_prompt(prompt, metadata)
+        self._prompt = list(messages)
+        """the row's own prompt messages: trusted data, rendered as they are (rollout/guard.py)"""
         columns = {key: value for key, value in self.row.items() if key != "messages"}
         if isinstance(prompt, Mapping):
             columns = {**columns, **dict(metadata or {})}
@@ -198,13 +203,16 @@ class AgentSession:
             return request_seed(self.agent.sampling.seed, EPISODE_SEED_TURN)
         return random.getrandbits(63)
 
-    def _begin(self, reset: Any) -> None:
-        """Apply what `reset` returned to the prompt, then assemble the prompt's ids."""
+    def _begin(self, result: Any) -> None:
+        """Apply what `reset` returned to the prompt (checked, cut: rollout/env_returns.py,
+        rollout/guard.py), then assemble the prompt's ids, its opening observation guarded."""
         traj = self.trajectory
+        try:
+            reset = env_returns.opening(result)
+        except EpisodeError as error:
+            raise self.episode.failed(error.kind, error) from None
         if reset is not None:
-            if not isinstance(reset, Reset):
-                reset = Reset(messages=list(reset))
-            added = [dict(message) for message in reset.messages]
+            added = admitted(reset.messages, self.agent.max_text_chars)
             if reset.replace_prompt:
                 traj.messages[:] = added
             else:
@@ -212,7 +220,10 @@ class AgentSession:
         specs = self.episode.instance.tool_specs() if self.episode.instance is not None else []
         self._specs = list(specs)  # the parser types XML-style arguments by them (chat/schema.py)
         self._tools = [spec.to_openai() for spec in specs] or None
-        self._progress.ids.extend(prompt_ids(self.agent.tokenizer, traj.messages, self._tools, self.agent.enable_thinking))
+        self._progress.ids.extend(prompt_ids(
+            self.agent.tokenizer, traj.messages, self._tools, self.agent.enable_thinking,
+            chat_format=self.agent.chat_format, trusted=self._prompt,
+        ))
         state = self.episode.state()
         if state is not None:
             traj.metadata["env_state"] = state
@@ -269,16 +280,21 @@ class AgentSession:
             return None
         if not isinstance(response, Response):
             raise self.episode.failed("respond", TypeError(f"respond returned {type(response).__name__}, not a Response"))
-        turn.replies = [dict(message) for message in response.messages]  # type: ignore[misc]
+        try:
+            replies = env_returns.messages(response.messages, "respond()'s Response.messages is", "respond")
+            counts = env_returns.user_counts(response.info)
+        except EpisodeError as error:
+            raise self.episode.failed(error.kind, error) from None
+        response = dataclasses.replace(response, messages=admitted(replies, self.agent.max_text_chars))
+        turn.replies = [dict(message) for message in response.messages]
         turn.speaker = response.speaker
         if response.reward is not None:
             turn.env_reward = response.reward
             self.trajectory.metadata["env_reward"] = response.reward
-        self._count_user(response.info)
+        self._count_user(*counts)
         return response
 
-    def _count_user(self, info: Mapping[str, Any]) -> None:
-        tokens, seconds = int(info.get("user_tokens", 0)), float(info.get("user_s", 0.0))
+    def _count_user(self, tokens: int, seconds: float) -> None:
         if tokens or seconds:
             stats, metadata = self.agent.episode_stats, self.trajectory.metadata
             stats.user_tokens += tokens

@@ -41,19 +41,28 @@ def render(tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None
 
 
 def prompt_ids(
-    tokenizer: Any, messages: Sequence[Message], tools: list[dict] | None = None, enable_thinking: bool = False,
+    tokenizer: Any,
+    messages: Sequence[Message],
+    tools: list[dict] | None = None,
+    enable_thinking: bool = False,
     keep_up_to: int | None = None,
+    chat_format: ChatFormat | None = None,
+    trusted: Sequence[Message] = (),
 ) -> list[int]:
-    """Ids of the conversation so far plus the assistant header the model continues from. A group
+    """Ids of the conversation so far plus the assistant header the model continues from. A marker's
+    text in any message but assistant turns and the `trusted` ones (the dataset row's prompt) is
+    tokenized as characters (rollout/guard.py; `chat_format` adds the family's markers). A group
     rolls one prompt out `group_size` times: it is rendered once (tool schemas make a render cost
     milliseconds) and kept in a cache bounded by bytes. A prompt longer than `keep_up_to` tokens
     (one its caller refuses) is not kept."""
-    key = (tokenizer, str(getattr(tokenizer, "chat_template", None)),
-           json.dumps([messages, tools or None, enable_thinking], sort_keys=True, default=repr))
+    key = (tokenizer, str(getattr(tokenizer, "chat_template", None)), json.dumps(
+        [messages, tools or None, enable_thinking, getattr(chat_format, "name", None), trusted], sort_keys=True, default=repr,
+    ))
     ids = _PROMPTS.get(key)
     if ids is None:
-        text = render(tokenizer, messages, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
-        ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+        guarded, found = guard.guard_prompt(tokenizer, messages, chat_format, trusted)
+        text = render(tokenizer, guarded, tools, add_generation_prompt=True, enable_thinking=enable_thinking)
+        ids = tuple(guard.encode(tokenizer, text, found))
         if keep_up_to is None or len(ids) <= keep_up_to:
             _PROMPTS.put(key, ids)
     return list(ids)

@@ -64,8 +64,6 @@ class _Tool:
     options: ToolOptions
     invoke: Invoke
     semaphore: asyncio.Semaphore | None
-    validator: Any = ...
-    """the arguments' jsonschema validator (None: the schema is invalid); `...` until first built"""
 
 
 class ToolSet:
@@ -144,7 +142,7 @@ class ToolSet:
                 await self.stop()
                 raise
             for entry in self._tools.values() if warm_validators else ():
-                entry.validator = _validator(entry.spec.input_schema)
+                validate.schema_validator(entry.spec.input_schema)
             self._global_limit = asyncio.Semaphore(self.settings.max_concurrency)
             self._loop = asyncio.get_running_loop()
         return self
@@ -195,7 +193,7 @@ class ToolSet:
         if entry is None:
             shown = validate.shown_name(name)
             return _result(shown, "unknown_tool", self._unknown_message(shown), started_at)
-        args, problem = _parse_arguments(entry, arguments)
+        args, problem = validate.checked_arguments(entry.spec.name, entry.spec.input_schema, arguments)
         if problem:
             return _result(name, "invalid_args", validate.shown_text(problem), started_at)
         return await self._call_checked(name, entry, args, started_at)
@@ -288,9 +286,7 @@ class ToolSet:
 
     def _result(self, name: str, outcome: Recorded, started_at: float, cached: bool = False) -> ToolResult:
         """The ToolResult the caller gets: the outcome's text truncated to `max_result_chars`."""
-        text, limit, length = outcome.content, self.settings.max_result_chars, outcome.full_length
-        if length > limit:
-            text = f"{text[:limit]}\n[... truncated: showing {limit} of {length} characters]"
+        text = validate.cut_text(outcome.content, self.settings.max_result_chars, outcome.full_length)
         return _result(name, outcome.status, text, started_at, cached, outcome.details)
 
     # -- setup internals --------------------------------------------------------------------------
@@ -437,47 +433,6 @@ async def _shielded(call: asyncio.Future[Found]) -> Found:
 
 def _unrecorded(name: str, started_at: float) -> ToolResult:
     return _result(name, "error", f"replay: no recorded result for {name} with these arguments", started_at)
-
-
-def _parse_arguments(entry: _Tool, arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str]:
-    """(arguments, "") or ({}, the message the model reads about what is wrong with them)."""
-    name = entry.spec.name
-    if arguments is None:
-        arguments = {}
-    arguments, problem = validate.load_arguments(arguments) if isinstance(arguments, str) else (arguments, "")
-    if problem := problem or validate.check_arguments(arguments):
-        return {}, f"invalid arguments for {name}: {problem}"
-    arguments = dict(arguments)
-    if entry.validator is ...:
-        entry.validator = _validator(entry.spec.input_schema)
-    if entry.validator is not None:
-        error = _first_error(entry.validator, arguments)
-        if error:
-            return {}, f"invalid arguments for {name}: {error}"
-    return arguments, ""
-
-
-def _validator(schema: Mapping[str, Any]) -> Any:
-    """A jsonschema validator for `schema`, or None when the server's schema is itself invalid."""
-    import jsonschema  # imported here: `import jsonschema` takes seconds, paid at start()
-
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        logger.warning("tool input schema is invalid, arguments will not be checked: %s", exc.message)
-        return None
-    return cls(schema)
-
-
-def _first_error(validator: Any, arguments: dict[str, Any]) -> str:
-    import jsonschema
-
-    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-    if error is None:
-        return ""
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"'{where}': {error.message}" if where else error.message
 
 
 def _result(

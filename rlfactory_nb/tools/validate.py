@@ -18,13 +18,17 @@ result.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
 import reprlib
 from collections.abc import Mapping
 from typing import Any
 
 from rlfactory_nb.errors import InvalidArguments  # noqa: F401  (re-exported where callers import it)
+
+logger = logging.getLogger(__name__)
 
 MAX_DEPTH = 32
 """deepest nesting of objects and lists in arguments; tool arguments are shallow, and the MCP SDK
@@ -52,6 +56,20 @@ def shown_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 
+def cut_text(text: str, limit: int, length: int | None = None) -> str:
+    """`text` cut to its first `limit` characters with a marker saying so, when it is longer (`length`:
+    the whole text's length when `text` is already its start, as the tool cache keeps it): the one
+    cut of every text that enters a trajectory (a ToolSet's results, rollout/guard.py `admitted`).
+
+    >>> cut_text("abcdef", 3)
+    'abc\\n[... truncated: showing 3 of 6 characters]'
+    """
+    length = len(text) if length is None else length
+    if length <= limit:
+        return text
+    return f"{text[:limit]}\n[... truncated: showing {limit} of {length} characters]"
+
+
 def load_arguments(text: str) -> tuple[Any, str]:
     """(the JSON value of `text`, "") or (None, why it is not valid JSON); blank text is `{}`."""
     try:
@@ -62,6 +80,59 @@ def load_arguments(text: str) -> tuple[Any, str]:
         return None, "not valid JSON (nested too deeply)"
     except ValueError as exc:  # an integer too long to convert
         return None, f"not valid JSON ({exc})"
+
+
+def checked_arguments(name: str, schema: Mapping[str, Any], arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str]:
+    """(arguments, "") or ({}, the message the model reads about what is wrong with them): JSON text
+    parsed, the value checked (`check_arguments`), then validated against the tool's JSON `schema`.
+    Every tool call takes this path: a ToolSet's, and an environment's `@rf.tool` methods
+    (envs/base.py), whose schemas are as binding as a server's."""
+    if arguments is None:
+        arguments = {}
+    arguments, problem = load_arguments(arguments) if isinstance(arguments, str) else (arguments, "")
+    if problem := problem or check_arguments(arguments):
+        return {}, f"invalid arguments for {name}: {problem}"
+    arguments = dict(arguments)  # type: ignore[arg-type]
+    validator = schema_validator(schema)
+    if validator is not None and (error := _first_error(validator, arguments)):
+        return {}, f"invalid arguments for {name}: {error}"
+    return arguments, ""
+
+
+def warm() -> None:
+    """Import jsonschema now (it takes seconds): from a worker thread, so that the first argument check
+    does not stall an event loop (`ToolSet.start`, an environment made by rollout/episode.py)."""
+    import jsonschema  # noqa: F401
+
+
+def schema_validator(schema: Mapping[str, Any]) -> Any:
+    """A jsonschema validator for `schema` (kept per schema text: an environment's tools are bound
+    anew each episode), or None when the schema is itself invalid."""
+    return _validator(json.dumps(schema, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_text: str) -> Any:
+    import jsonschema  # imported here: `import jsonschema` takes seconds, paid at ToolSet.start()
+
+    schema = json.loads(schema_text)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        logger.warning("tool input schema is invalid, arguments will not be checked: %s", exc.message)
+        return None
+    return cls(schema)
+
+
+def _first_error(validator: Any, arguments: dict[str, Any]) -> str:
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return ""
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"'{where}': {error.message}" if where else error.message
 
 
 def check_arguments(arguments: object) -> str:

@@ -199,7 +199,7 @@ async def test_bound_tools_validate_arguments_and_a_raising_tool_is_a_result_the
     engine = ScriptedEngine(tokenizer, [CALL.format(name="divide", args='{"a": 1, "b": 0}'), CALL.format(name="divide", args='{"a": 1}'), "ok"])
     traj = await Agent(None, engine=engine, tokenizer=tokenizer, env=Fragile, max_turns=4).rollout(row("divide", 0))
     assert [(r.status, r.content.split(":")[0]) for t in traj.turns for r in t.results] == [
-        ("error", "ZeroDivisionError"), ("invalid_args", "divide")]
+        ("error", "ZeroDivisionError"), ("invalid_args", "invalid arguments for divide")]
     assert traj.finish_reason == "stop" and "env_error" not in traj.metadata
 
 

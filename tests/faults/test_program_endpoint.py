@@ -215,9 +215,10 @@ async def test_an_oversize_prompt_is_refused_before_any_render_and_no_refusal_is
     async def oversize(row, llm):
         client = llm.client()
         renders.clear()  # serving the first episode rendered the template's generation prompt once
-        for case, words in (("huge", 400_000), ("over", 300), ("over again", 300)):
+        # 2 MiB in 600 texts, each within the one cut of a text (tools.max_result_chars: rollout/guard.py)
+        for case, words, count in (("huge", 700, 600), ("over", 300, 1), ("over again", 300, 1)):
             try:
-                await ask(client, messages=[{"role": "user", "content": "word " * words}])
+                await ask(client, messages=[{"role": "user", "content": "word " * words}] * count)
             except openai.BadRequestError as error:
                 seen[case] = (error.message, len(renders))
         huge_tool = {"type": "function", "function": {"name": "f", "description": "word " * 400_000, "parameters": {}}}
