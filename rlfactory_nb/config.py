@@ -136,6 +136,10 @@ class RolloutConfig:
     forever; raise it for episodes that generate for longer; None: no bound"""
     max_open_envs: PositiveInt | None = None
     """environment instances running at once (each may hold a process or a database); unset: no bound"""
+    env_seed: Literal["group", "sample"] = "group"
+    """the seed an episode's environment is reset with: "group" gives the members of a group one seed
+    (the same task, where the environment draws it from the seed: GRPO compares play, not luck),
+    "sample" each member its own; sampling seeds differ either way (docs/decisions.md)"""
     env_reward: Literal["auto", "reward", "logged", "off"] = "auto"
     """the environment's own reward (its `reward()`): the training reward, logged beside the run's
     reward function, or unused; "auto": the training reward unless the run names a reward of its own"""

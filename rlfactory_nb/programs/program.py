@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -41,6 +40,7 @@ from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
 from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
 from rlfactory_nb.rollout.agent import thinking_mode
 from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.rollout.session import new_trajectory_id
 from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens, thinks_by_default
 from rlfactory_nb.types import Message, Trajectory, Turn
 
@@ -229,7 +229,7 @@ class ProgramSession:
         self.program = program
         self.row = row
         self.sample_id = sample_id
-        self.id = str(row.get("id") or uuid.uuid4().hex[:12])
+        self.id = new_trajectory_id()  # the row's `id` stays in the metadata
         self.gate = asyncio.Semaphore(0) if stepped else None
         self.done = False
         self._episode: EpisodeSession | None = None

@@ -42,7 +42,7 @@ from rlfactory_nb.envs.base import ToolSetEnvironment, env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
 from rlfactory_nb.models.reasoning_mode import trained_mode
 from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.rollout.seeds import EnvSeed, SampleId
 from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
 from rlfactory_nb.rollout.tokens import DriftMode, drift_check, prompt_opens, thinks_by_default
 from rlfactory_nb.tools.config import ToolSetSettings
@@ -66,7 +66,8 @@ class Agent:
     `env_timeout_s` bounds the time one episode spends in its steps (`rollout.env_timeout_s`: an
     hour unless set; None: no bound); `max_open_envs` the episodes running at once (an environment
     may hold a process or a database each); `max_text_chars` the characters of any one text an
-    environment adds (default: the ToolSet's `max_result_chars`)."""
+    environment adds (default: the ToolSet's `max_result_chars`). `env_seed`: whether the members of
+    a group reset with one seed (same task, "group") or each with its own ("sample")."""
 
     def __init__(
         self,
@@ -86,6 +87,7 @@ class Agent:
         env_timeout_s: float | None = DEFAULTS.rollout.env_timeout_s,
         max_open_envs: int | None = None,
         max_text_chars: int | None = None,
+        env_seed: EnvSeed = "group",
     ):
         self.policy = policy
         # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
@@ -123,6 +125,10 @@ class Agent:
         if env_timeout_s is not None and env_timeout_s <= 0:
             raise ConfigError(f"env_timeout_s must be positive (or None: no bound), got {env_timeout_s}")
         self.env_limits = EpisodeLimits(env_timeout_s, max_open_envs)
+        if env_seed not in ("group", "sample"):
+            raise ConfigError(f'env_seed must be "group" or "sample", got {env_seed!r}')
+        self.env_seed: EnvSeed = env_seed
+        """what a named trajectory's reset seed is shared by (rollout/seeds.py): its group, or nothing"""
         self.episode_stats = EpisodeStats()
         """episodes opened and closed, environment errors by kind, environment and user time"""
         self.open_episodes: dict[str, Episode] = {}
@@ -164,6 +170,7 @@ class Agent:
             env_timeout_s=getattr(rollout, "env_timeout_s", DEFAULTS.rollout.env_timeout_s),
             max_open_envs=getattr(rollout, "max_open_envs", None),
             max_text_chars=cfg.tools.max_result_chars,
+            env_seed=getattr(rollout, "env_seed", "group"),
         )
 
     @property

@@ -6,12 +6,23 @@ different tokens. A trainer's rollout instead names each sample (`SampleId`: run
 sample within the group), and the agent derives each turn's seed from that name and the turn index,
 so a request's seed depends on what it is, never on when it runs. A resumed run derives the same
 seeds again, with no generator state to save.
+
+An episode's environment is reset with a seed of its own (`SampleId.reset_seed`). By default the
+members of a group share it (`rollout.env_seed: group`): an environment that draws its task from the
+seed (a game's secret code, a maze) then gives every member the same task, so GRPO's advantage
+compares their play and not their luck; their sampling seeds still differ.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Literal
+
+EnvSeed = Literal["group", "sample"]
+"""what an environment's reset seed is shared by: a prompt's group, or nothing (one per sample)"""
+RESET_TURN = -1
+"""the turn index of the reset seed (turns count from 0, so it never meets a request's)"""
 
 
 def request_seed(*parts: int) -> int:
@@ -42,3 +53,17 @@ class SampleId:
     def turn_seed(self, turn: int) -> int:
         """The seed of this trajectory's request for assistant turn `turn` (0-based)."""
         return request_seed(self.seed, self.step, self.prompt, self.sample, turn)
+
+    def reset_seed(self, shared_by: EnvSeed = "group") -> int:
+        """The seed this trajectory's environment is reset with: its group's, which every member
+        shares ("group"), or its own ("sample").
+
+        >>> a, b = SampleId(3, 1, 0, 0), SampleId(3, 1, 0, 1)
+        >>> a.reset_seed() == b.reset_seed() != SampleId(3, 1, 1, 0).reset_seed()
+        True
+        >>> a.reset_seed("sample") != b.reset_seed("sample")
+        True
+        """
+        if shared_by == "sample":
+            return self.turn_seed(RESET_TURN)
+        return request_seed(self.seed, self.step, self.prompt, RESET_TURN)

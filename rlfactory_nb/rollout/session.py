@@ -28,15 +28,20 @@ from rlfactory_nb.errors import DatasetError, EpisodeError
 from rlfactory_nb.rollout import env_returns
 from rlfactory_nb.rollout.episode import Episode, env_error_record
 from rlfactory_nb.rollout.guard import admitted
-from rlfactory_nb.rollout.seeds import SampleId, request_seed
+from rlfactory_nb.rollout.seeds import RESET_TURN, SampleId, request_seed
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
 from rlfactory_nb.types import FinishReason, Message, Trajectory, Turn
 
 Prompt = Sequence[Message] | Mapping[str, Any]
 """what a rollout starts from: the prompt's messages, or a dataset row holding them as "messages\""""
 
-EPISODE_SEED_TURN = -1
-"""the turn index of the seed `reset` gets (turns count from 0, so it never meets a request's)"""
+
+def new_trajectory_id() -> str:
+    """A trajectory's own id. Never a row's column: the members of a GRPO group, a retry and
+    evaluation's sampled and greedy passes share a row, and everything keyed by trajectory (the
+    episodes kept open for the rewards, the views, the reward runner's names) would merge them. The
+    row's `id` stays in the metadata with its other columns."""
+    return uuid.uuid4().hex[:16]
 
 
 def split_prompt(prompt: Prompt, metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[Message]]:
@@ -107,7 +112,7 @@ class AgentSession:
             logprobs=self._progress.logprobs,
             messages=messages,
             metadata=columns,
-            id=columns.get("id") or uuid.uuid4().hex[:12],
+            id=new_trajectory_id(),
         )
         self.done = False
         self._tools: list[dict] | None = None
@@ -198,9 +203,9 @@ class AgentSession:
 
     def _episode_seed(self) -> int:
         if self.sample_id is not None:
-            return self.sample_id.turn_seed(EPISODE_SEED_TURN)
+            return self.sample_id.reset_seed(self.agent.env_seed)
         if self.agent.sampling.seed is not None:
-            return request_seed(self.agent.sampling.seed, EPISODE_SEED_TURN)
+            return request_seed(self.agent.sampling.seed, RESET_TURN)
         return random.getrandbits(63)
 
     def _begin(self, result: Any) -> None:

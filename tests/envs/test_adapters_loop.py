@@ -161,8 +161,8 @@ async def test_textarena_game_through_the_loop(tokenizer):
     play = binary_search(TEXTARENA_TURN, 1, 20, lambda n: f"[{n}]")
     agent = agent_for(tokenizer, ScriptedEngine(tokenizer, play), textarena_env("GuessTheNumber-v0"), max_turns=10)
     row = {"messages": [{"role": "system", "content": "Play well."}]}
-    for sample in range(8):  # seeded games; the first whose secret is not the first guess (1 in 20 is)
-        traj = await agent.rollout(row, sample_id=SampleId(seed=0, step=1, prompt=0, sample=sample))
+    for sample in range(8):  # seeded games (one per prompt); the first whose secret is not the first guess (1 in 20 is)
+        traj = await agent.rollout(row, sample_id=SampleId(seed=0, step=1, prompt=sample, sample=0))
         if traj.num_turns > 1:
             break
     assert traj.finish_reason == "stop", traj.metadata.get("env_error")

@@ -117,9 +117,16 @@ async def test_reset_sees_the_row_adds_or_replaces_the_prompt_and_is_seeded_by_t
     replaced = await agent.rollout(row("second", 0, replace=True), sample_id=sample)
     assert [m["content"] for m in added.messages[:2]] == ["first", "and an addition"]
     assert replaced.messages[0]["content"] == "a new prompt from the env" and "second" not in engine.prompts[1]
-    assert seeds[0] == seeds[1] == sample.turn_seed(-1) and seeds[0] != sample.turn_seed(0)
-    other = await agent.rollout(row("third", 0), sample_id=SampleId(7, 1, 0, 3))
-    assert seeds[2] != seeds[0] and other.finish_reason == "stop"
+    assert seeds[0] == seeds[1] == sample.reset_seed() and seeds[0] != sample.turn_seed(0)
+    # a sibling in the group resets with the same seed (the same task); another prompt's group does not
+    sibling = await agent.rollout(row("third", 0), sample_id=SampleId(7, 1, 0, 3))
+    await agent.rollout(row("fourth", 0), sample_id=SampleId(7, 1, 1, 2))
+    assert seeds[2] == seeds[0] != seeds[3] and sibling.finish_reason == "stop"
+    # rollout.env_seed: sample gives each member its own
+    own = Agent(None, engine=engine, tokenizer=tokenizer, env=Opening, env_seed="sample")
+    await own.rollout(row("fifth", 0), sample_id=sample)
+    await own.rollout(row("sixth", 0), sample_id=SampleId(7, 1, 0, 3))
+    assert seeds[4] == sample.turn_seed(-1) != seeds[5] and seeds[4] != seeds[0]
 
 
 async def test_plain_messages_still_roll_out_and_the_default_environment_is_the_toolset(tokenizer):
