@@ -65,11 +65,13 @@ async def test_a_user_played_by_a_frozen_model_follows_the_row_and_samples_with_
     goal = row("Hi", goal="you want a refund for order 7")
     first = await agent.rollout(goal, sample_id=SampleId(1, 1, 0, 0))
     again = await agent.rollout(goal, sample_id=SampleId(1, 1, 0, 0))
-    other = await agent.rollout(goal, sample_id=SampleId(1, 1, 0, 1))
-    replies = [[t.replies for t in traj.turns] for traj in (first, again, other)]
-    assert replies[0] == replies[1]  # the same sample: the same user
+    sibling = await agent.rollout(goal, sample_id=SampleId(1, 1, 0, 1))
+    other = await agent.rollout(goal, sample_id=SampleId(1, 1, 1, 0))
+    replies = [[t.replies for t in traj.turns] for traj in (first, again, sibling, other)]
+    # the same sample, and a sibling in its group (the group shares its reset seed): the same user
+    assert replies[0] == replies[1] == replies[2]
     assert first.num_turns == 2 and first.turns[0].replies and not first.truncated
-    assert replies[0] != replies[2]  # another sample draws other seeds (12 tokens from 1M params: they differ)
+    assert replies[0] != replies[3]  # another prompt's group draws other seeds (12 tokens from 1M params: they differ)
     assert first.metadata["user_tokens"] > 0 and first.metadata["user_s"] > 0
     assert sum(first.loss_mask) == len(first.logprobs) == sum(t.num_tokens for t in first.turns)
 
