@@ -19,7 +19,7 @@
     │                 InvalidRewardValue, SampleError, RewardModelError (ValueError),
     │                 RewardLoadError (ImportError), RewardTimeout (TimeoutError)
     ├── HungCallsError (RuntimeError)
-    ├── TrainingError (RuntimeError): StepFailed, StaleSamples
+    ├── TrainingError (RuntimeError): StepFailed, StaleSamples, EnvironmentFailed
     ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError,
     │                                JobTimeout (TimeoutError): DriverTimeout
     └── StorageError (OSError): PathNotFoundError (FileNotFoundError),
@@ -272,6 +272,16 @@ class StepFailed(TrainingError):
 
 class StaleSamples(TrainingError):
     """Samples from weights other than their label says, or outside the staleness bound; not trained on."""
+
+
+class EnvironmentFailed(TrainingError):
+    """Every episode of a training step failed in its environment, or a run trained no group because
+    its episodes failed before the model's first token; the message carries the environment's own
+    error. `kind` is where it failed (create, reset, a tool, ...), as EpisodeError says it."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind = kind
+        super().__init__(message)
 
 
 class ClusterError(RLFactoryError, RuntimeError):

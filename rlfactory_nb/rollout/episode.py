@@ -31,6 +31,7 @@ from rlfactory_nb._threads import in_thread
 from rlfactory_nb.envs.base import EnvFactory, Environment, ToolSetEnvironment
 from rlfactory_nb.errors import EpisodeError
 from rlfactory_nb.tools import validate
+from rlfactory_nb.types import Trajectory
 
 
 @dataclass
@@ -214,6 +215,14 @@ class Episode:
     @property
     def closed(self) -> bool:
         return self._closing is not None and self._closing.done()
+
+
+def failed_before_start(traj: Trajectory) -> bool:
+    """Whether `traj`'s environment failed before the model's first token (it could not be made or
+    reset: a server at capacity, a missing corpus). Nothing the policy did: such a trajectory has no
+    sampled token to train and no reward that measures the policy (train/selection.py leaves its
+    group out)."""
+    return "env_error" in traj.metadata and not traj.response_ids
 
 
 def env_error_record(error: EpisodeError) -> dict[str, str]:

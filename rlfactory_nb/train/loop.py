@@ -67,7 +67,7 @@ from rlfactory_nb.train.pipeline import (
 )
 from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.train.run_storage import after_upload, upload_for
-from rlfactory_nb.train.selection import draw_groups, without_truncated
+from rlfactory_nb.train.selection import GroupTally, draw_groups, without_truncated
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.versioned_engine import VersionedEngine
 from rlfactory_nb.types import Sample, Trajectory
@@ -119,6 +119,7 @@ class Trainer:
         self.runtime: Runtime | None = None
         self.backend: Any = None
         self.last_checkpoint: Path | None = None
+        self.tally = GroupTally()
 
     # ------------------------------------------------------------------ setup
 
@@ -231,7 +232,8 @@ class Trainer:
                 self.engine.sent_version = step
         self.engine.version = self.step = step
         self.pipeline.publish(step)
-        self._save_trajectories(groups, outcomes, step)
+        self.tally.add(drawn, len(keep) if trained else 0)
+        self._save_trajectories(groups, outcomes, drawn.failed, step)
         if self.cfg.samples_per_step:
             self.metrics.write_samples(
                 step, sample_rows(step, groups, outcomes, trained, advantages, self.cfg.samples_per_step)
@@ -254,9 +256,9 @@ class Trainer:
     def _draw(self, step: int, timer: StepTimer) -> Awaitable[Any]:
         """Step `step`'s groups, rolled out and scored (with dynamic sampling's extra rounds)."""
 
-        async def score(groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
+        async def score(groups: list[list[Trajectory]], failed: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
             # a judge's engine actor that died fails the step, named; other failures are the runner's
-            return await self._on_backend(step, "the rewards", self.score(groups), actor_deaths_only=True)
+            return await self._on_backend(step, "the rewards", self.score(groups, failed), actor_deaths_only=True)
 
         return draw_groups(step, self.order, self.train_rows, self.cfg.grpo, self._rollouts(step), score, timer)
 
@@ -305,15 +307,18 @@ class Trainer:
                 "`rlfactory-nb train CONFIG --resume`, or launch(cfg, cluster, resume=True)."
             ) from error
 
-    async def score(self, groups: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
-        """Score with each episode's environment still open (`sample.env`), then close them; an
-        episode whose environment failed gets `rollout.env_error_reward` (when set)."""
+    async def score(
+        self, groups: list[list[Trajectory]], failed: list[list[Trajectory]] = ()
+    ) -> list[list[RewardOutcome]]:
+        """Score `groups` with each episode's environment still open (`sample.env`), then close
+        their episodes and those of the `failed` groups, which are not scored (train/selection.py);
+        an episode whose environment failed gets `rollout.env_error_reward` (when set)."""
         agent = self.agent
         try:
             samples = [[Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups]
             outcomes = await self.reward.score_groups(samples)
         finally:
-            await agent.close_episodes([traj for group in groups for traj in group])
+            await agent.close_episodes([traj for group in [*groups, *failed] for traj in group])
         failed, value = "env_error", self.cfg.rollout.env_error_reward
         if value is None:
             return outcomes
@@ -331,17 +336,23 @@ class Trainer:
         return assign_credit(grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight)
 
     def _save_trajectories(
-        self, groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], step: int
+        self, groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], failed: list[list[Trajectory]], step: int
     ) -> None:
+        """The step's trajectories, the failed groups' last (unscored: reward None), to the run folder."""
         limit = self.cfg.grpo.trajectories_per_step
         if limit == 0:
             return
-        flat = [
+        flat: list[tuple[Trajectory, RewardOutcome | None]] = [
             (traj, outcome) for group, scored in zip(groups, outcomes) for traj, outcome in zip(group, scored)
         ]
+        flat += [(traj, None) for group in failed for traj in group]
         chosen = flat if limit < 0 else flat[:limit]
         for traj, outcome in chosen:
-            traj.metadata.update(step=step, reward=outcome.score, reward_components=outcome.components)
+            traj.metadata.update(
+                step=step,
+                reward=outcome.score if outcome is not None else None,
+                reward_components=outcome.components if outcome is not None else {},
+            )
         RunFolder(self.run_dir).write_trajectories(step, [traj for traj, _ in chosen])
 
     # ------------------------------------------------------------------ eval and checkpoints
@@ -395,6 +406,7 @@ class Trainer:
                     await maybe_await(on_step(row))
         finally:
             bar.close()
+        self.tally.check(self.cfg.name)
         return TrainResult(self.run_dir, self.step, row, self.last_checkpoint)
 
     async def close(self) -> None:

@@ -16,7 +16,9 @@ prefix; every row has at least `STEP_KEYS`:
     sampling/...                            rounds (of prompts rolled out; > 1 with dynamic
                                             sampling), prompts_drawn
     tools/...                               status/<status> counts, latency_mean_s, cached_fraction
-    groups/...                              total, zero_variance (all rewards equal), trained
+    groups/...                              total (scored), zero_variance (all rewards equal),
+                                            trained, env_failed (left out unscored: an episode
+                                            failed before the model's first token)
     advantages/...                          mean, std, abs_mean over trained trajectories
     train/...                               loss, clip fractions, ratio, kl, entropy, grad_norm, lr,
                                             optimizer_steps (absent when no group had signal)
@@ -72,6 +74,7 @@ STEP_KEYS = (
     "groups/total",
     "groups/zero_variance",
     "groups/trained",
+    "groups/env_failed",
     "time/rollout_s",
     "time/reward_s",
     "time/update_s",
@@ -100,10 +103,11 @@ def groups_metrics(step: int, drawn: Any, trained_groups: int, advantages: Any, 
         "reward/failures": sum(len(o.errors) for o in outcomes),
         "rollout/masked_truncated": masked,
         "sampling/rounds": drawn.rounds,
-        "sampling/prompts_drawn": len(drawn.groups),
+        "sampling/prompts_drawn": drawn.prompts,
         "groups/total": len(drawn.groups),
-        "groups/zero_variance": int(zero_variance_groups(drawn.rewards).sum()),
+        "groups/zero_variance": int(zero_variance_groups(drawn.rewards).sum()) if drawn.groups else 0,
         "groups/trained": trained_groups,
+        "groups/env_failed": len(drawn.failed),
         **summary_stats(_per_trajectory(advantages), "advantages"),
     }
 

@@ -15,10 +15,22 @@ and rollout metrics: each is a fresh draw from the training set.
 loss, as TRL's `mask_truncated_completions` and DAPO's overlong filtering do: their reward is real,
 so their group's advantages are computed with them, and then they are left out of the batch. A group
 whose trajectories are all truncated trains nothing, so it does not count as a group with signal.
+
+A group one of whose episodes failed before the model's first token (its environment could not be
+made or reset: a server at capacity) is left out whole, before scoring: that trajectory has no
+token to train, and the policy did nothing to earn its reward, so scoring it (as 0, say) would
+teach the siblings an advantage over an infrastructure failure and pull the step's reward down.
+Such groups count in `groups/env_failed` and the failures in `env/errors/<kind>`; dynamic sampling
+refills them like groups without signal. A step in which every episode failed stops the run with
+the environment's own error (`EnvironmentFailed`): nothing in it measured the policy, and so does a
+run that ends without training a group because every group had such a failure (`GroupTally`). A
+run whose groups all ran but had equal rewards ends with a warning: that is the reward's signal to
+read, not a failure.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,11 +40,14 @@ from torch import Tensor
 
 from rlfactory_nb.algo.advantages import zero_variance_groups
 from rlfactory_nb.data.rows import PromptOrder, Row
+from rlfactory_nb.errors import EnvironmentFailed
 from rlfactory_nb.rewards.runner import RewardOutcome
+from rlfactory_nb.rollout.episode import failed_before_start
 from rlfactory_nb.train.metrics import StepTimer
 from rlfactory_nb.types import Trajectory
 
 Groups = list[list[Trajectory]]
+log = logging.getLogger(__name__)
 
 
 def groups_with_signal(
@@ -73,22 +88,53 @@ def without_truncated(
     return kept, [advantages[index] for index in keep]
 
 
+def split_failed(groups: Groups) -> tuple[Groups, Groups]:
+    """(the groups every episode of which started, those with one that failed before its first token)."""
+    failed = [any(failed_before_start(traj) for traj in group) for group in groups]
+    return [g for g, bad in zip(groups, failed) if not bad], [g for g, bad in zip(groups, failed) if bad]
+
+
 @dataclass
 class StepGroups:
-    """Every group a step rolled out, over all its rounds, with its outcomes."""
+    """Every group a step rolled out, over all its rounds: the scored ones with their outcomes, and
+    those left out because an episode failed before its first token."""
 
     groups: Groups = field(default_factory=list)
     outcomes: list[list[RewardOutcome]] = field(default_factory=list)
+    failed: Groups = field(default_factory=list)
+    """groups left out unscored: one of their episodes failed before the model's first token"""
     rounds: int = 0
+    prompts: int = 0
+    """prompts rolled out so far, scored or failed (a round's first prompt index)"""
 
     def add(self, groups: Groups, outcomes: list[list[RewardOutcome]]) -> None:
-        """One round's groups; `prompt_index` in their metadata counts on across rounds."""
+        """One round's groups, in the order drawn, and the outcomes of those that `split_failed`
+        keeps; `prompt_index` in their metadata counts on across rounds (the SampleId's prompt)."""
         for offset, group in enumerate(groups):
             for traj in group:
-                traj.metadata.update(prompt_index=len(self.groups) + offset, round=self.rounds + 1)
-        self.groups += groups
+                traj.metadata.update(prompt_index=self.prompts + offset, round=self.rounds + 1)
+        played, failed = split_failed(groups)
+        self.groups += played
         self.outcomes += outcomes
+        self.failed += failed
         self.rounds += 1
+        self.prompts += len(groups)
+
+    def check_some_episode_ran(self, step: int) -> None:
+        """Raise EnvironmentFailed, with the environment's first error, when every episode failed."""
+        trajectories = [traj for group in [*self.groups, *self.failed] for traj in group]
+        errors = [traj.metadata.get("env_error") for traj in trajectories]
+        if not trajectories or not all(errors):
+            return
+        first = errors[0]
+        kinds = sorted({error["kind"] for error in errors})
+        raise EnvironmentFailed(
+            first["kind"],
+            f"step {step}: every one of its {len(errors)} episodes failed in its environment "
+            f"(in {', '.join(kinds)}), so nothing measured the policy; the first: {first['message']}. "
+            "Fix the environment (or its server's capacity: rollout.max_open_envs bounds the episodes "
+            "open at once), then train again or resume.",
+        )
 
     @property
     def rewards(self) -> Tensor:
@@ -102,6 +148,8 @@ class StepGroups:
 
     def trained(self, grpo: Any) -> list[int]:
         """The groups to train on: those with signal, at most `prompts_per_step` under dynamic sampling."""
+        if not self.groups:
+            return []
         found = groups_with_signal(
             self.rewards, self.truncated, grpo.filter_zero_variance, grpo.mask_truncated
         )
@@ -114,20 +162,63 @@ async def draw_groups(
     rows: Sequence[Row],
     grpo: Any,
     rollout: Callable[[list[Row], int], Awaitable[Groups]],
-    score: Callable[[Groups], Awaitable[list[list[RewardOutcome]]]],
+    score: Callable[[Groups, Groups], Awaitable[list[list[RewardOutcome]]]],
     timer: StepTimer,
 ) -> StepGroups:
     """Roll out and score the step's prompts, then dynamic sampling's extra rounds while needed.
-    `rollout(rows, first)` gets the step's index of rows[0] (prompts count on across rounds)."""
+    `rollout(rows, first)` gets the step's index of rows[0] (prompts count on across rounds);
+    `score(groups, failed)` scores `groups` and lets go of both's episodes (module docstring)."""
     drawn = StepGroups()
     extra_rounds = grpo.dynamic_sampling.max_rounds if grpo.dynamic_sampling is not None else 0
     for round_ in range(extra_rounds + 1):
         indices = order.indices(step) if round_ == 0 else order.refill(step, round_)
         with timer("rollout"):
-            groups = await rollout([rows[index] for index in indices], len(drawn.groups))
+            groups = await rollout([rows[index] for index in indices], drawn.prompts)
+        played, failed = split_failed(groups)
         with timer("reward"):
-            outcomes = await score(groups)
+            outcomes = await score(played, failed)
         drawn.add(groups, outcomes)
         if len(drawn.trained(grpo)) >= grpo.prompts_per_step:
             break
+    drawn.check_some_episode_ran(step)
     return drawn
+
+
+@dataclass
+class GroupTally:
+    """What a run's steps did with their groups, for the verdict at its end (`check`)."""
+
+    steps: int = 0
+    scored: int = 0
+    """groups whose every episode ran, scored"""
+    trained: int = 0
+    failed: int = 0
+    """groups left out because an episode failed before its first token"""
+    first_error: dict[str, str] | None = None
+    """the first such failure's `env_error` record"""
+
+    def add(self, drawn: StepGroups, trained: int) -> None:
+        """One step's groups (`trained` of them trained)."""
+        self.steps += 1
+        self.scored, self.trained, self.failed = self.scored + len(drawn.groups), self.trained + trained, self.failed + len(drawn.failed)
+        if self.first_error is None:
+            errors = (traj.metadata["env_error"] for group in drawn.failed for traj in group if failed_before_start(traj))
+            self.first_error = next(errors, None)
+
+    def check(self, run: str) -> None:
+        """Raise EnvironmentFailed when the run's steps trained no group and failures are why (no
+        group ran whole); warn when they trained none because every group's rewards were equal."""
+        if self.trained or not self.steps:
+            return
+        if self.scored == 0 and self.first_error is not None:
+            raise EnvironmentFailed(
+                self.first_error["kind"],
+                f"run {run} trained no group in its {self.steps} step(s): in each of its {self.failed} groups an "
+                f"episode failed before the model's first token (env/errors in metrics.jsonl); the first: "
+                f"{self.first_error['message']}. Fix the environment (or give its server room for a whole "
+                "group: rollout.max_open_envs), then train again.",
+            )
+        log.warning(
+            "run %s trained no group in its %d step(s): all %d scored groups had equal rewards "
+            "(groups/zero_variance); check the reward on live samples (rf.RewardLab)", run, self.steps, self.scored,
+        )

@@ -1,7 +1,8 @@
 """Training with an environment: `train(cfg, env=...)` on the tiny random model. Instances are made
 where the rollouts run, from a class that travels by value (kept in the run folder, so a resume
 without it finds it); rewards see `sample.env`; the environment's reward is merged into scoring; a
-failing episode gets `rollout.env_error_reward`; each step's metrics count episodes and errors."""
+group with an episode that failed before its first token is left out unscored (saved with reward
+None); each step's metrics count episodes, errors and such groups."""
 
 import json
 from pathlib import Path
@@ -71,7 +72,7 @@ async def test_training_runs_an_environment_per_trajectory_and_counts_episodes_e
     ok = [t for t in trajectories if "env_error" not in t["metadata"]]
     assert failed and ok and len(trajectories) == 12
     assert {t["metadata"]["env_error"]["kind"] for t in failed} == {"reset"}
-    assert all(t["finish_reason"] == "error" and t["metadata"]["reward"] == -1.0 for t in failed)
+    assert all(t["finish_reason"] == "error" and t["metadata"]["reward"] is None for t in failed)
     # the run's own reward is the training reward, read off the open instance; the env's is logged beside
     for traj in ok:
         roll = traj["metadata"]["env_state"]["roll"]
@@ -80,6 +81,7 @@ async def test_training_runs_an_environment_per_trajectory_and_counts_episodes_e
     [row] = read_metrics(cfg.run_dir)
     assert row["env/episodes_opened"] == row["env/episodes_closed"] == 12
     assert row["env/errors/reset"] == len(failed) and row["env/open_now"] == 0
+    assert row["groups/env_failed"] == len(failed) / 4 and row["groups/total"] + row["groups/env_failed"] == 3
     assert not LIVE  # every instance made was closed
 
 
@@ -90,7 +92,7 @@ async def test_the_environment_travels_by_value_and_a_resume_without_it_uses_the
     await train(cfg.replace({"grpo.steps": 2}), resume=True)
     for step in (1, 2):
         for traj in saved(cfg, step):
-            expected = -1.0 if "env_error" in traj["metadata"] else traj["metadata"]["env_reward"]
+            expected = None if "env_error" in traj["metadata"] else traj["metadata"]["env_reward"]
             assert traj["metadata"]["reward"] == expected
     assert [row["env/episodes_opened"] for row in read_metrics(cfg.run_dir)] == [12.0, 12.0]
     assert not LIVE
