@@ -11,6 +11,7 @@ reports side by side. `rlfactory-nb eval CONFIG --model PATH` is the same from a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import html
 from collections.abc import Callable, Mapping, Sequence
@@ -247,8 +248,10 @@ async def evaluate(
         trust_remote_code=cfg.model.trust_remote_code,
     )
     rows = _rows(dataset if dataset is not None else kept.eval_data, cfg, limit)
+    objects = dataclasses.replace(objects, eval_data=rows)  # the rows the reward is checked against
     runtime = Runtime.from_config(cfg, objects, policy, engine=given)  # a given engine brings its tokenizer
-    runner = runtime.reward  # the reward and the tools file fail before an engine starts
+    runtime.checked(rows, "dataset")
+    runner = runtime.reward  # the rows, the reward and the tools file fail before an engine starts
     await runtime.start()
     engine = runtime.use(given or policy.engine(cfg.model.engine, seed=cfg.grpo.seed)).engine
     try:
@@ -291,7 +294,7 @@ def _report(label: str, rows: list[dict[str, Any]], trajectories: dict[str, list
     table = [
         EvalRow(
             index=i,
-            question=str(row["messages"][-1]["content"]),
+            question=_question(s),
             ground_truth=row.get("ground_truth"),
             sampled_answer=Sample.from_trajectory(s).final_answer,
             sampled_reward=scores["sampled"][i],
@@ -315,6 +318,12 @@ def _report(label: str, rows: list[dict[str, Any]], trajectories: dict[str, list
 
 
 # ---------------------------------------------------------------------- drawing
+
+
+def _question(traj: Trajectory) -> str:
+    """The prompt's last message, as the rollout saw it (an environment may have written it)."""
+    prompt = Sample.from_trajectory(traj).prompt
+    return str(prompt[-1]["content"]) if prompt else ""
 
 
 def _total(row: EvalRow) -> float:

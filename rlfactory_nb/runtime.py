@@ -31,10 +31,10 @@ from rlfactory_nb.chat import chat_format_names, parser_names
 from rlfactory_nb.config import RewardConfig, RunConfig
 from rlfactory_nb.config_schema import import_spec
 from rlfactory_nb.data.objects import RunObjects
-from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.data.rows import Row, load_rows, require_prompts
 from rlfactory_nb.engines.base import Engine, engine_kinds
 from rlfactory_nb.envs.base import EnvReward, env_factory
-from rlfactory_nb.errors import ConfigError
+from rlfactory_nb.errors import ConfigError, DatasetError
 from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.lab import RewardLab
@@ -126,10 +126,13 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
         load_reward(cfg.rollout.program)  # the agent program `module:function` (rf.AgentProgram)
     if objects.env is None and cfg.rollout.env is not None:
         env_factory(cfg.rollout.env)  # the Environment `module:Class`
-    if objects.train_data is None:
-        load_rows(cfg.data.train, 1)
+    sources = [("data.train", cfg.data.train)] if objects.train_data is None else []
     if cfg.grpo.eval_every and objects.eval_data is None:
-        load_rows(cfg.data.eval, 1)
+        sources.append(("data.eval", cfg.data.eval))
+    for key, source in sources:
+        rows = load_rows(source, 1)
+        if objects.env is None and cfg.rollout.env is None:  # an environment may write the prompt
+            require_prompts(rows, key)
 
 
 def _registry_names(cfg: RunConfig) -> list[tuple[str, str, Callable[[], Sequence[str]]]]:
@@ -252,14 +255,34 @@ class Runtime:
     @property
     def reward(self) -> RewardRunner:
         """The run's reward runner: the kernel's functions, else the config's `reward.function`; with
-        an environment, its own reward too, as "env" (first or logged beside, `rollout.env_reward`)."""
+        an environment, its own reward too, as "env" (first or logged beside, `rollout.env_reward`).
+        The default function reads a ground truth: with rows that carry none, an environment's reward
+        trains alone, and without one the rows are refused (DatasetError) before any model loads."""
         if self._reward is None:
-            runner = RewardRunner.from_config(self.cfg.reward, self.objects.reward)
             use = self.env_reward_use()
-            if use != "off":
-                runner = runner.with_function("env", EnvReward(self.cfg.rollout.env_error_reward or 0.0), first=use == "reward")
-            self._reward = runner
+            env = EnvReward(self.cfg.rollout.env_error_reward or 0.0)
+            if self.names_reward() or self._rows_carry_ground_truth():
+                runner = RewardRunner.from_config(self.cfg.reward, self.objects.reward)
+                self._reward = runner if use == "off" else runner.with_function("env", env, first=use == "reward")
+            elif use == "reward":
+                self._reward = RewardRunner.from_config(self.cfg.reward, {"env": env})
+            else:
+                raise DatasetError(
+                    f"the rows have no 'ground_truth' column, which the run's reward reads "
+                    f"(reward.function: {self.cfg.reward.function}, the default): add the column, name a "
+                    "reward of your own (reward.function, or reward= from the kernel), or give an "
+                    "environment that owns the reward (env=, rollout.env_reward)"
+                )
         return self._reward
+
+    def names_reward(self) -> bool:
+        """Whether the run names a reward of its own (the kernel's, or a `reward.function` of the config's)."""
+        return self.objects.reward is not None or self.cfg.reward.function != RewardConfig().function
+
+    def _rows_carry_ground_truth(self) -> bool:
+        """Whether the run's rows (their first: a dataset has one shape) carry a ground truth."""
+        rows = self.objects.train_data or self.objects.eval_data or load_rows(self.cfg.data.train, 1)
+        return "ground_truth" in rows[0]
 
     @property
     def program(self) -> AgentProgram | None:
@@ -281,8 +304,7 @@ class Runtime:
             return "off"
         if use != "auto":
             return use
-        named = self.objects.reward is not None or self.cfg.reward.function != RewardConfig().function
-        return "logged" if named else "reward"
+        return "logged" if self.names_reward() else "reward"
 
     def agent(self, temperature: float | None = None, drift: DriftMode | None = None) -> Agent | AgentProgram:
         """The run's Agent at `temperature` (None: the config's; 0: greedy); `drift` replaces
@@ -300,12 +322,22 @@ class Runtime:
     def train_rows(self, limit: int | None = None) -> list[Row]:
         """The training rows (the kernel's, else the config's `data.train`), at most `limit`."""
         kept = self.objects.train_data
-        return kept[:limit] if kept else load_rows(self.cfg.data.train, limit)
+        if kept:
+            return self.checked(kept[:limit], "train_data")
+        return self.checked(load_rows(self.cfg.data.train, limit), "data.train")
 
     def eval_rows(self) -> list[Row]:
         """The held-out rows (the kernel's, else the config's `data.eval`), at most `data.eval_size`."""
-        size = self.cfg.data.eval_size
-        return (self.objects.eval_data or load_rows(self.cfg.data.eval, size))[:size]
+        size, kept = self.cfg.data.eval_size, self.objects.eval_data
+        if kept:
+            return self.checked(kept[:size], "eval_data")
+        return self.checked(load_rows(self.cfg.data.eval, size), "data.eval")
+
+    def checked(self, rows: list[Row], what: str) -> list[Row]:
+        """`rows`, once each is known to have a prompt where no environment writes one (DatasetError)."""
+        if self.env is None:
+            require_prompts(rows, what)
+        return rows
 
     # ------------------------------------------------------------------ views over it
 

@@ -1,15 +1,19 @@
 """Prompt datasets for training and evaluation, and the seeded order a run draws them in.
 
 A row is `{"messages": [...], "ground_truth": ..., **other columns}`: the prompt as chat messages and
-what the reward function compares against. Sources:
+what the reward function compares against. Both are optional where something else owns them: a
+row needs `ground_truth` only when a reward reads it (an environment or a reward of the user's may
+own the reward: runtime.py checks the run's), and a prompt only when no environment writes it in
+`reset` (a row of GSM8K's `question`/`answer` or a tau-bench task's `instruction`, which the
+environment turns into its first message; such a row has `messages` [] here). Sources:
 
 - `synthetic:calculator` / `synthetic:calculator-heldout`: the embedded calculator task (disjoint
   seeds, so held-out questions are never trained on); likewise `synthetic:nl2sql` (questions with
   gold SQL over the example's generated database, recipes/nl2sql), `synthetic:gsm8k` (GSM8K-style
   word problems, recipes/gsm8k) and their `-heldout` splits;
 - a `.jsonl` or `.parquet` file whose rows have `messages` (a list of chat messages) or `prompt` (a
-  string, taken as one user message, or a list of messages) plus `ground_truth`; other columns are
-  kept and reach reward functions as `sample.metadata`. The verl / Search-R1 layout (`prompt`
+  string, taken as one user message, or a list of messages) and `ground_truth`; other columns are
+  kept and reach reward functions as `sample.metadata` (and the environment's `reset` as the row). The verl / Search-R1 layout (`prompt`
   messages, `reward_model: {"ground_truth": ...}`, `data_source`, `extra_info`) loads unchanged, so
   datasets prepared for verl train here as they are;
 - a `.json` file (a list of row objects, or JSON lines as `Dataset.to_json` writes them), a `.csv`
@@ -269,39 +273,46 @@ def _read_parquet(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def to_row(record: Any, where: str) -> Row:
-    """Validate one record and normalize `prompt` to `messages`."""
+    """Validate one record and normalize `prompt` to `messages` (a row without either gets none:
+    `require_prompts` says whether that is allowed); lift a verl-layout ground truth."""
     if not isinstance(record, dict):
         raise DatasetError(f"{where}: a row must be a JSON object, got {type(record).__name__}")
-    columns = ", ".join(record) or "none"
-    if "messages" not in record and "prompt" not in record:
-        hint = (
-            ". Plain question/answer rows carry no prompt: convert them first, e.g. "
-            "python -m rlfactory_nb.recipes.deepsearch.convert IN OUT.jsonl --layout verl"
-            if "question" in record
-            else ""
-        )
-        raise DatasetError(
-            f"{where}: missing column 'messages' (a list of chat messages) or 'prompt' (a string); "
-            f"columns present: {columns}{hint}"
-        )
     row = dict(record)
-    if "ground_truth" not in row:
-        reward_model = row.get("reward_model")
-        if not (isinstance(reward_model, dict) and "ground_truth" in reward_model):
-            raise DatasetError(
-                f"{where}: missing column 'ground_truth' (the answer the reward function checks; "
-                f"verl-layout files give it as reward_model.ground_truth); columns present: {columns}"
-            )
+    reward_model = row.get("reward_model")
+    if "ground_truth" not in row and isinstance(reward_model, dict) and "ground_truth" in reward_model:
         row["ground_truth"] = reward_model["ground_truth"]
     if "messages" not in row:
-        prompt = row.pop("prompt")
+        prompt = row.pop("prompt", [])
         row["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     messages = row["messages"]
-    if not isinstance(messages, list) or not messages or not all(_is_message(m) for m in messages):
+    if not isinstance(messages, list) or not all(_is_message(m) for m in messages) or not (messages or _no_prompt(record)):
         raise DatasetError(
             f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}} objects"
         )
     return row
+
+
+def _no_prompt(record: dict[str, Any]) -> bool:
+    return "messages" not in record and "prompt" not in record
+
+
+def require_prompts(rows: list[Row], what: str) -> None:
+    """Raise DatasetError at the first row without a prompt: a run whose environment does not write
+    the prompt in `reset` needs one in every row."""
+    for number, row in enumerate(rows, start=1):
+        if not row["messages"]:
+            columns = ", ".join(key for key in row if key != "messages") or "none"
+            hint = (
+                ". Plain question/answer rows carry no prompt: convert them first, e.g. "
+                "python -m rlfactory_nb.recipes.deepsearch.convert IN OUT.jsonl --layout verl, or give "
+                "an environment whose reset writes the prompt from the row (env=)"
+                if "question" in row
+                else "; or give an environment whose reset writes the prompt from the row (env=)"
+            )
+            raise DatasetError(
+                f"{what} row {number}: missing column 'messages' (a list of chat messages) or 'prompt' "
+                f"(a string); columns present: {columns}{hint}"
+            )
 
 
 def _is_message(message: Any) -> bool:

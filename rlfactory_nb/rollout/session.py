@@ -46,17 +46,16 @@ def new_trajectory_id() -> str:
 
 def split_prompt(prompt: Prompt, metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[Message]]:
     """(the row `reset` sees, the prompt's messages). A row's columns other than "messages" and the
-    given metadata form the row; messages alone make a row of just them.
+    given metadata form the row; messages alone make a row of just them. A row without messages (a
+    task whose environment writes the prompt in `reset`) starts from none.
 
     >>> row, messages = split_prompt({"messages": [{"role": "user", "content": "hi"}], "goal": 3}, None)
     >>> row["goal"], messages[0]["content"]
     (3, 'hi')
     """
     if isinstance(prompt, Mapping):
-        if "messages" not in prompt:
-            raise DatasetError(f"a dataset row given to rollout needs a 'messages' column; it has {sorted(prompt)}")
         row = {**dict(prompt), **dict(metadata or {})}
-        messages = prompt["messages"]
+        messages = prompt.get("messages", [])
     else:
         row = {"messages": list(prompt), **dict(metadata or {})}
         messages = prompt
@@ -120,6 +119,8 @@ class AgentSession:
         self._spent_s = 0.0
         self._lock: asyncio.Lock | None = None
         if agent.env_factory is None:  # the shared ToolSet: nothing to make, reset or close
+            if not messages:
+                raise DatasetError(f"a dataset row given to rollout needs a 'messages' column (or an env= whose reset writes the prompt); it has {sorted(self.row)}")
             self.episode = Episode.made_now(ToolSetEnvironment(agent.tools), agent.episode_stats)
             self._begin(None)
         else:
@@ -210,7 +211,8 @@ class AgentSession:
 
     def _begin(self, result: Any) -> None:
         """Apply what `reset` returned to the prompt (checked, cut: rollout/env_returns.py,
-        rollout/guard.py), then assemble the prompt's ids, its opening observation guarded."""
+        rollout/guard.py), then assemble the prompt's ids, its opening observation guarded; a prompt
+        still empty (a row without one, whose reset wrote none) is a failure of the reset."""
         traj = self.trajectory
         try:
             reset = env_returns.opening(result)
@@ -222,6 +224,9 @@ class AgentSession:
                 traj.messages[:] = added
             else:
                 traj.messages.extend(added)
+        if not traj.messages:
+            columns = sorted(key for key in self.row if key != "messages")
+            raise self.episode.failed("reset", ValueError(f"the row has no prompt ('messages' or 'prompt') and reset() wrote none; the row's columns: {columns}"))
         specs = self.episode.instance.tool_specs() if self.episode.instance is not None else []
         self._specs = list(specs)  # the parser types XML-style arguments by them (chat/schema.py)
         self._tools = [spec.to_openai() for spec in specs] or None

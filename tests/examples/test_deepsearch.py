@@ -12,7 +12,8 @@ from typing import ClassVar
 
 import pytest
 
-from rlfactory_nb.data.rows import DatasetError, load_rows
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.data.rows import DatasetError, load_rows, require_prompts
 from rlfactory_nb.recipes.deepsearch import (
     SYSTEM_PROMPT,
     Question,
@@ -24,6 +25,7 @@ from rlfactory_nb.recipes.deepsearch import (
 )
 from rlfactory_nb.recipes.deepsearch.convert import main as convert
 from rlfactory_nb.rewards.samples import make_sample
+from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.tools import ToolSet
 from rlfactory_nb.tools.servers.search import BM25, load_corpus
 from rlfactory_nb.types import MalformedCall, Turn
@@ -187,12 +189,13 @@ def test_parquet_errors_name_the_row_and_training_points_plain_files_to_the_conv
         match=r"bad.parquet row 1: missing column 'answers'.*columns present: data_source, prompt",
     ):
         read_questions(path)
-    with pytest.raises(
-        DatasetError, match=r"bad.parquet row 1: missing column 'ground_truth'.*reward_model.ground_truth"
-    ):
-        load_rows(str(path))
+    # the rows load (an environment may own the reward), and a run whose reward reads the ground truth refuses them
+    assert "ground_truth" not in load_rows(str(path))[0]
+    runtime = Runtime.from_config(RunConfig(name="x").replace({"data.train": str(path)}))
+    with pytest.raises(DatasetError, match=r"no 'ground_truth' column, which the run's reward reads.*exact_match"):
+        _ = runtime.reward
     with pytest.raises(DatasetError, match=r"deepsearch.convert"):
-        load_rows(str(DATA / "train_questions.jsonl"))
+        require_prompts(load_rows(str(DATA / "train_questions.jsonl")), "data.train")
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(DatasetError, match="junk.parquet: not a readable parquet file"):
         read_questions(tmp_path / "junk.parquet")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rlfactory_nb.data.rows import DatasetError, PromptOrder, load_rows
+from rlfactory_nb.data.rows import DatasetError, PromptOrder, load_rows, require_prompts
 from rlfactory_nb.models.presets import calculator
 
 
@@ -39,12 +39,8 @@ def test_jsonl_rows_with_messages_or_prompt_keep_their_extra_columns(tmp_path):
 @pytest.mark.parametrize(
     "record, message",
     [
-        ({"prompt": "hi"}, r"data.jsonl:1: missing column 'ground_truth'.*columns present: prompt"),
-        (
-            {"question": "hi", "ground_truth": "x"},
-            r"missing column 'messages'.*or 'prompt'.*question, ground_truth",
-        ),
         ({"messages": [{"content": "no role"}], "ground_truth": "x"}, r"'messages' must be a non-empty list"),
+        ({"messages": [], "ground_truth": "x"}, r"'messages' must be a non-empty list"),
         ([1, 2], r"a row must be a JSON object"),
     ],
 )
@@ -52,6 +48,19 @@ def test_bad_rows_name_the_line_and_the_missing_column(tmp_path, record, message
     path = write_jsonl(tmp_path / "data.jsonl", [record])
     with pytest.raises(DatasetError, match=message):
         load_rows(path)
+
+
+def test_rows_without_a_ground_truth_or_a_prompt_load_and_a_run_without_an_environment_wants_a_prompt(tmp_path):
+    """A prompt-only row (TRL's environment datasets) and a task row whose environment writes the
+    prompt (GSM8K's question/answer, tau-bench's instruction) load; a run without an environment
+    then needs a prompt in each row, and the error points plain question rows to the converter."""
+    path = write_jsonl(tmp_path / "data.jsonl", [{"prompt": "hi"}, {"question": "hi", "answer": "x"}])
+    prompt_only, task = load_rows(path)
+    assert prompt_only == {"messages": [{"role": "user", "content": "hi"}]}
+    assert task == {"question": "hi", "answer": "x", "messages": []}
+    require_prompts([prompt_only], "data.train")
+    with pytest.raises(DatasetError, match=r"data.train row 2: missing column 'messages'.*or 'prompt'.*question, answer.*convert.*env="):
+        require_prompts([prompt_only, task], "data.train")
 
 
 def test_missing_files_and_other_formats_are_clear_errors(tmp_path):
@@ -85,8 +94,7 @@ def test_datasets_users_already_have_load_like_jsonl(tmp_path):
     for source in (dataset, records, *(str(tmp_path / name) for name in ("saved", "lines.json", "table.csv", "list.json"))):
         assert load_rows(source) == expected, source
     assert load_rows(dataset, 1) == expected[:1]
-    with pytest.raises(DatasetError, match="train_data row 1: missing column 'ground_truth'"):
-        load_rows(datasets.Dataset.from_list([{"prompt": "hi"}]), what="train_data")
+    assert load_rows(datasets.Dataset.from_list([{"prompt": "hi"}]), what="train_data") == [{"messages": [{"role": "user", "content": "hi"}]}]
     datasets.DatasetDict({"train": dataset}).save_to_disk(str(tmp_path / "dict"))
     with pytest.raises(DatasetError, match="DatasetDict with splits \\['train'\\]"):
         load_rows(str(tmp_path / "dict"))
