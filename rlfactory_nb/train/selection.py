@@ -207,7 +207,8 @@ class GroupTally:
 
     def check(self, run: str) -> None:
         """Raise EnvironmentFailed when the run's steps trained no group and failures are why (no
-        group ran whole); warn when they trained none because every group's rewards were equal."""
+        group ran whole); warn when they trained none because every group's rewards were equal (or
+        its trajectories all truncated, under grpo.mask_truncated)."""
         if self.trained or not self.steps:
             return
         if self.scored == 0 and self.first_error is not None:
@@ -219,6 +220,7 @@ class GroupTally:
                 "group: rollout.max_open_envs), then train again.",
             )
         log.warning(
-            "run %s trained no group in its %d step(s): all %d scored groups had equal rewards "
-            "(groups/zero_variance); check the reward on live samples (rf.RewardLab)", run, self.steps, self.scored,
+            "run %s trained no group in its %d step(s): all %d scored groups had equal rewards or only "
+            "truncated trajectories (groups/zero_variance, rollout/masked_truncated); check the reward on "
+            "live samples (rf.RewardLab)", run, self.steps, self.scored,
         )

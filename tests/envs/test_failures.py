@@ -12,10 +12,13 @@ import pytest
 from tiny_models import random_qwen3, save_with_tokenizer
 
 import rlfactory_nb as rf
+from rlfactory_nb.envs.adapters import OpenEnvServer, openenv_env
 from rlfactory_nb.errors import EnvironmentFailed, EpisodeError
 from rlfactory_nb.train.loop import train
 from rlfactory_nb.train.metrics import read_metrics
 
+from .test_adapters_loop import needs_openenv
+from .test_adapters_openenv import GUESS_APP
 from .test_training import config, saved
 
 REFUSED = "refused a session: at capacity (1/1 sessions)"
@@ -88,5 +91,21 @@ async def test_a_run_that_trained_no_group_because_of_failures_fails_and_one_wit
     equal = config(tiny_dir, tmp_path / "equal", grpo__steps=1, grpo__prompts_per_step=2)
     with caplog.at_level(logging.WARNING, logger="rlfactory_nb.train.selection"):
         result = await train(equal, env=Server, reward={"same": lambda sample: 1.0}, train_data=rows((), ()))
-    assert result.step == 1 and "trained no group in its 1 step(s): all 2 scored groups had equal rewards" in caplog.text
+    assert result.step == 1 and "trained no group in its 1 step(s): all 2 scored groups had equal rewards or only truncated" in caplog.text
     assert not OPEN
+
+
+@needs_openenv
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
+async def test_an_openenv_server_at_capacity_stops_the_run_with_the_servers_message(tiny_dir, tmp_path):
+    with OpenEnvServer(GUESS_APP, env={"GUESS_MAX_SESSIONS": "1"}) as server:
+        holder = openenv_env(server.url)()
+        await holder.reset({"messages": []}, seed=0)  # the server's one session is taken
+        try:
+            cfg = config(tiny_dir, tmp_path, grpo__steps=2, grpo__prompts_per_step=2)
+            games = [{"prompt": "Find my number.", "reset_args": {"low": 1, "high": 9}}] * 2
+            with pytest.raises(EnvironmentFailed, match="every one of its 8 episodes failed.*at capacity"):
+                await train(cfg, env=openenv_env(server.url), train_data=games)
+        finally:
+            await holder.close()
+    assert read_metrics(cfg.run_dir) == []
