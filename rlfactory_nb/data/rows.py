@@ -13,8 +13,8 @@ environment turns into its first message; such a row has `messages` [] here). So
   word problems, recipes/gsm8k) and their `-heldout` splits;
 - a `.jsonl` or `.parquet` file whose rows have `messages` (a list of chat messages) or `prompt` (a
   string, taken as one user message, or a list of messages) and `ground_truth`; other columns are
-  kept and reach reward functions as `sample.metadata` (and the environment's `reset` as the row). The verl / Search-R1 layout (`prompt`
-  messages, `reward_model: {"ground_truth": ...}`, `data_source`, `extra_info`) loads unchanged, so
+  kept and reach reward functions as `sample.metadata` (and an environment's `reset` as the row).
+  The verl / Search-R1 layout (`prompt` messages, `reward_model: {"ground_truth": ...}`, `data_source`, `extra_info`) loads unchanged, so
   datasets prepared for verl train here as they are;
 - a `.json` file (a list of row objects, or JSON lines as `Dataset.to_json` writes them), a `.csv`
   file (string columns: `prompt` and `ground_truth`), or a folder written by `Dataset.save_to_disk`;
@@ -281,19 +281,16 @@ def to_row(record: Any, where: str) -> Row:
     reward_model = row.get("reward_model")
     if "ground_truth" not in row and isinstance(reward_model, dict) and "ground_truth" in reward_model:
         row["ground_truth"] = reward_model["ground_truth"]
+    given = "messages" in row or "prompt" in row  # neither: a task whose environment writes the prompt
     if "messages" not in row:
         prompt = row.pop("prompt", [])
         row["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     messages = row["messages"]
-    if not isinstance(messages, list) or not all(_is_message(m) for m in messages) or not (messages or _no_prompt(record)):
+    if not isinstance(messages, list) or (given and not messages) or not all(_is_message(m) for m in messages):
         raise DatasetError(
             f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}} objects"
         )
     return row
-
-
-def _no_prompt(record: dict[str, Any]) -> bool:
-    return "messages" not in record and "prompt" not in record
 
 
 def require_prompts(rows: list[Row], what: str) -> None:

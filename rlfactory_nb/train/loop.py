@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -256,9 +256,9 @@ class Trainer:
     def _draw(self, step: int, timer: StepTimer) -> Awaitable[Any]:
         """Step `step`'s groups, rolled out and scored (with dynamic sampling's extra rounds)."""
 
-        async def score(groups: list[list[Trajectory]], failed: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
+        async def score(groups: list[list[Trajectory]], left_out: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
             # a judge's engine actor that died fails the step, named; other failures are the runner's
-            return await self._on_backend(step, "the rewards", self.score(groups, failed), actor_deaths_only=True)
+            return await self._on_backend(step, "the rewards", self.score(groups, left_out), actor_deaths_only=True)
 
         return draw_groups(step, self.order, self.train_rows, self.cfg.grpo, self._rollouts(step), score, timer)
 
@@ -308,17 +308,17 @@ class Trainer:
             ) from error
 
     async def score(
-        self, groups: list[list[Trajectory]], failed: list[list[Trajectory]] = ()
+        self, groups: list[list[Trajectory]], left_out: Sequence[list[Trajectory]] = ()
     ) -> list[list[RewardOutcome]]:
         """Score `groups` with each episode's environment still open (`sample.env`), then close
-        their episodes and those of the `failed` groups, which are not scored (train/selection.py);
+        their episodes and those of the `left_out` groups, which are not scored (train/selection.py);
         an episode whose environment failed gets `rollout.env_error_reward` (when set)."""
         agent = self.agent
         try:
             samples = [[Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups]
             outcomes = await self.reward.score_groups(samples)
         finally:
-            await agent.close_episodes([traj for group in [*groups, *failed] for traj in group])
+            await agent.close_episodes([traj for group in [*groups, *left_out] for traj in group])
         failed, value = "env_error", self.cfg.rollout.env_error_reward
         if value is None:
             return outcomes

@@ -48,6 +48,7 @@ from rlfactory_nb.types import Trajectory
 
 Groups = list[list[Trajectory]]
 log = logging.getLogger(__name__)
+SESSIONS_HINT = "grpo.prompts_per_step x grpo.group_size, as they stay open until scored"
 
 
 def groups_with_signal(
@@ -132,8 +133,8 @@ class StepGroups:
             first["kind"],
             f"step {step}: every one of its {len(errors)} episodes failed in its environment "
             f"(in {', '.join(kinds)}), so nothing measured the policy; the first: {first['message']}. "
-            "Fix the environment (or its server's capacity: rollout.max_open_envs bounds the episodes "
-            "open at once), then train again or resume.",
+            f"Fix the environment (a server needs room for every episode of a step, {SESSIONS_HINT}), "
+            "then train again or resume.",
         )
 
     @property
@@ -216,8 +217,8 @@ class GroupTally:
                 self.first_error["kind"],
                 f"run {run} trained no group in its {self.steps} step(s): in each of its {self.failed} groups an "
                 f"episode failed before the model's first token (env/errors in metrics.jsonl); the first: "
-                f"{self.first_error['message']}. Fix the environment (or give its server room for a whole "
-                "group: rollout.max_open_envs), then train again.",
+                f"{self.first_error['message']}. Fix the environment (a server needs room for every "
+                f"episode of a step, {SESSIONS_HINT}), then train again.",
             )
         log.warning(
             "run %s trained no group in its %d step(s): all %d scored groups had equal rewards or only "
