@@ -144,7 +144,9 @@ class RolloutConfig:
     """the environment's own reward (its `reward()`): the training reward, logged beside the run's
     reward function, or unused; "auto": the training reward unless the run names a reward of its own"""
     env_error_reward: Annotated[float, Range()] | None = 0.0
-    """the reward of an episode whose environment failed (raised, timed out); None: score it as usual"""
+    """the reward of an episode whose environment failed (raised, timed out) after the model's first
+    token; None: score it as usual. A group with an episode that failed before it is left out of the
+    step unscored (`groups/env_failed`)"""
 
 
 @dataclass(frozen=True)
