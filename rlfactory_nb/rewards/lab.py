@@ -19,7 +19,9 @@ same kernel, or `lab.save_reward(path, "mine")` and, in another kernel (notebook
 
 from __future__ import annotations
 
+import functools
 import html
+import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +38,7 @@ from rlfactory_nb.data.signing import check_file, sign_file
 from rlfactory_nb.errors import ConfigError, LabNotSampled, RegistryKeyError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.types import Sample, Trajectory
 
 if TYPE_CHECKING:
@@ -93,7 +96,9 @@ class RewardLab:
         if not rows:
             raise ConfigError(f"no dataset rows in [{start}, {start + n_prompts}); the dataset has {len(self.rows)}")
         await self.agent.close_episodes(self.groups and [traj for group in self.groups for traj in group])
-        self.groups = await rollout_groups(self.agent, rows, self.group_size, keep_open=True)
+        draw = random.getrandbits(32)  # named samples, as training's: a group's members play one task
+        named = functools.partial(SampleId, draw, 0)
+        self.groups = await rollout_groups(self.agent, rows, self.group_size, keep_open=True, sample_ids=named)
         return await self.rescore()
 
     async def rescore(self, rewards: Mapping[str, Callable[[Sample], Any]] | None = None, **named: Callable[[Sample], Any]) -> RewardLab:

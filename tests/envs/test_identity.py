@@ -112,3 +112,13 @@ async def test_mastermind_siblings_play_one_secret_code_and_two_prompts_play_two
     await agent.close_episodes()
     stats = agent.episode_metrics()
     assert stats["env/episodes_opened"] == stats["env/episodes_closed"] == 8 and stats["env/errors"] == 0
+
+
+async def test_the_reward_lab_gives_a_group_one_task_as_training_does(tokenizer):
+    agent = rf.Agent(None, tokenizer=tokenizer, engine=SeedsSeen(tokenizer, repeat_ticket), env=Ticket)
+    lab = rf.RewardLab(agent, rows_with_ids(), rewards={"one": lambda sample: 1.0}, group_size=4)
+    await lab.sample(n_prompts=2)
+    tasks = [{traj.metadata["env_state"]["task"] for traj in group} for group in lab.groups]
+    assert [len(group_tasks) for group_tasks in tasks] == [1, 1] and tasks[0] != tasks[1]
+    assert len(set(agent.engine.seeds)) == 8  # the members still sample apart
+    await agent.close_episodes()
