@@ -87,7 +87,7 @@ class Agent:
         env_timeout_s: float | None = DEFAULTS.rollout.env_timeout_s,
         max_open_envs: int | None = None,
         max_text_chars: int | None = None,
-        env_seed: EnvSeed = "group",
+        env_seed: EnvSeed = DEFAULTS.rollout.env_seed,
     ):
         self.policy = policy
         # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
@@ -170,7 +170,7 @@ class Agent:
             env_timeout_s=getattr(rollout, "env_timeout_s", DEFAULTS.rollout.env_timeout_s),
             max_open_envs=getattr(rollout, "max_open_envs", None),
             max_text_chars=cfg.tools.max_result_chars,
-            env_seed=getattr(rollout, "env_seed", "group"),
+            env_seed=getattr(rollout, "env_seed", DEFAULTS.rollout.env_seed),
         )
 
     @property
