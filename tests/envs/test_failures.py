@@ -109,3 +109,19 @@ async def test_an_openenv_server_at_capacity_stops_the_run_with_the_servers_mess
         finally:
             await holder.close()
     assert read_metrics(cfg.run_dir) == []
+
+
+@needs_openenv
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
+async def test_an_openenv_server_short_of_sessions_gives_counted_errors_steps_that_go_on_and_a_failed_run(tiny_dir, tmp_path):
+    """Three sessions for groups of four: every step starts three episodes (kept open until scored)
+    and the server refuses five, so each group has a refusal; the steps go on, counted, and the run
+    that trained nothing fails at its end with the server's message."""
+    with OpenEnvServer(GUESS_APP, env={"GUESS_MAX_SESSIONS": "3"}) as server:
+        cfg = config(tiny_dir, tmp_path, grpo__steps=2, grpo__prompts_per_step=2)
+        games = [{"prompt": "Find my number.", "reset_args": {"low": 1, "high": 9}}] * 2
+        with pytest.raises(EnvironmentFailed, match="trained no group in its 2 step.*at capacity"):
+            await train(cfg, env=openenv_env(server.url), train_data=games)
+    rows = read_metrics(cfg.run_dir)
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all(row["env/errors/reset"] == 5 and row["groups/env_failed"] == 2 and row["env/open_now"] == 0 for row in rows)
