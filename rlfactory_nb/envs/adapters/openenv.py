@@ -73,8 +73,10 @@ def openenv_env(
     `max_frame_bytes` bounds each message the server sends (MAX_FRAME_BYTES)."""
     if (url is None) == (app is None):
         raise ConfigError("openenv_env: give exactly one of url= (a running server) or app= ('module:app')")
-    if cwd is not None and (url is not None or not Path(cwd).is_dir()):
-        raise ConfigError(f"openenv_env: cwd= is the folder a server started from app= runs in; {cwd!r} is not one")
+    if cwd is not None and url is not None:
+        raise ConfigError("openenv_env: cwd= is the folder a server started from app= runs in; a server at url= runs already")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ConfigError(f"openenv_env: cwd={str(cwd)!r} is not a folder (the one a server started from app= runs in)")
     cwd = None if cwd is None else str(Path(cwd).resolve())
     return functools.partial(
         OpenEnvEnvironment, url, app=app, python=python, cwd=cwd, action=action, observation_text=observation_text,
