@@ -36,7 +36,8 @@ from rlfactory_nb.config import RunConfig, config_paths
 from rlfactory_nb.config_schema import build, load_yaml
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.envs.base import bound_tools, env_factory
+from rlfactory_nb.envs.base import bound_tools
+from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, PathNotFoundError
 from rlfactory_nb.extras import missing_extra
 from rlfactory_nb.runtime import Runtime, build_tools

@@ -33,7 +33,8 @@ from rlfactory_nb.config_schema import import_spec
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows, require_prompts
 from rlfactory_nb.engines.base import Engine, engine_kinds
-from rlfactory_nb.envs.base import EnvReward, env_factory
+from rlfactory_nb.envs.base import EnvReward
+from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DatasetError
 from rlfactory_nb.programs.program import AgentProgram
 from rlfactory_nb.rewards.judge import LLMJudge

@@ -277,12 +277,15 @@ class Sample:
     ) -> Sample:
         """Build the reward function's view of `traj`; `extract_answer` maps the last assistant text
         to the final answer (default: `<answer>...</answer>` if present, else the last turn's text
-        outside reasoning, as the model family read it); `env`: the episode's open Environment."""
+        outside reasoning, as the model family read it); `env`: the episode's open Environment.
+        An agent program's episode has no last turn of its own: the answer it returned (outside the
+        family's reasoning, `metadata["final_answer"]`) takes that turn's place."""
         prompt = list(traj.messages[: _prompt_length(traj.messages)])
         assistant_texts = [turn.text for turn in traj.turns]
         last = assistant_texts[-1] if assistant_texts else ""
-        if isinstance(traj.metadata.get("final_answer"), str):  # what an agent program returned
-            final_answer = traj.metadata["final_answer"]
+        returned = traj.metadata.get("final_answer")
+        if isinstance(returned, str):  # what an agent program returned
+            final_answer = extract_answer(returned) if extract_answer is not None else default_answer(returned)
         elif extract_answer is not None:
             final_answer = extract_answer(last)
         else:

@@ -67,7 +67,7 @@ from rlfactory_nb.data.signing import (
     read_signature,
     write_signature,
 )
-from rlfactory_nb.envs.base import env_factory
+from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile

@@ -12,8 +12,8 @@ from rlfactory_nb.envs.base import (
     Speaker,
     ToolSetEnvironment,
     bound_tools,
-    env_factory,
 )
+from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.envs.user import UserSimulator
 from rlfactory_nb.errors import EpisodeError
 

@@ -32,15 +32,12 @@ result the model reads (a tool failure is data, as in a ToolSet).
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlfactory_nb.errors import ArgumentTypeError, ConfigError
-from rlfactory_nb.extras import extra_hint
 from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.python import PythonTool
 from rlfactory_nb.types import Message, ToolCall, ToolResult, ToolSpec, Turn
@@ -205,36 +202,3 @@ what an environment example's notebook.yaml lists as its lab reward"""
 
 EnvFactory = Callable[[], Environment]
 """a class or zero-argument callable that makes one episode's Environment"""
-
-
-def env_factory(spec: Any) -> EnvFactory:
-    """The factory `spec` names: an Environment subclass, a zero-argument callable, or "module:Class".
-
-    >>> env_factory("rlfactory_nb.envs.base:Environment")().respond(None) is None
-    True
-    """
-    if isinstance(spec, str):
-        spec = _load(spec)
-    if isinstance(spec, Environment):
-        raise ArgumentTypeError(
-            f"env= takes a class or a zero-argument factory, not an instance ({type(spec).__name__}): "
-            "each trajectory gets its own instance, e.g. env=Shop rather than env=Shop()"
-        )
-    if not callable(spec):
-        raise ArgumentTypeError(f"env= must be an Environment class, a factory or 'module:Class', got {spec!r}")
-    return spec
-
-
-def _load(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"rollout.env {target!r}: expected 'module:Class', e.g. 'examples.shop.env:Shop'")
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(f"rollout.env {target!r}: cannot import {module_name!r}: {error}{extra_hint(error)}") from error
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise ConfigError(f"rollout.env {target!r}: module {module_name!r} has no attribute {attribute!r}")
-        value = getattr(value, part)
-    return value

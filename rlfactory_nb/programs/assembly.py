@@ -11,7 +11,8 @@ The episode's Trajectory carries its *last* segment's ids (the one that produced
 every call's turn (so reward functions see every call), and the earlier segments in
 `metadata["segments"]`; training turns each segment into a row with the episode's advantage
 (`expand_segments`; docs/decisions.md says why). `metadata["program"]` holds the counters: calls,
-merged, forks, drift, and why each segment began.
+merged, forks, drift, and why each segment began; `metadata["final_answer"]` the answer the program
+returned, outside the family's reasoning.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, tr
     metadata["tools"] = ordered[-1].tools if ordered else None  # as the program sent them: a render needs them
     if episode.error is not None:
         metadata["program_error"] = episode.error
-    metadata["final_answer"] = episode.answer if episode.error is None else ""
+    metadata["final_answer"] = _outside_reasoning(serving, episode.answer) if episode.error is None else ""
     last = segments[-1] if segments else None
     if last is None:
         prompt = _render_prompt(serving, episode.messages)
@@ -128,6 +129,13 @@ def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, tr
         prompt_ids=last.prompt_ids, response_ids=last.response_ids, loss_mask=last.loss_mask, logprobs=last.logprobs,
         turns=_turns(ordered), messages=messages, finish_reason=_finish(ordered, episode), metadata=metadata, id=traj_id,
     )
+
+
+def _outside_reasoning(serving: Serving, answer: Any) -> Any:
+    """What the program returned, with the family's reasoning removed, as a parser reads an Agent's
+    last turn (`Turn.answer`): Sample.from_trajectory then reads `<answer>` in both alike. None
+    while the program still runs (a stepper's partial trajectory)."""
+    return serving.chat_format.split_reasoning(answer)[1] if isinstance(answer, str) else answer
 
 
 def _render_prompt(serving: Serving, messages: list[Message]) -> list[int]:

@@ -38,7 +38,8 @@ from typing import Any
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.engines.base import Engine, SamplingParams
-from rlfactory_nb.envs.base import ToolSetEnvironment, env_factory
+from rlfactory_nb.envs.base import ToolSetEnvironment
+from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
 from rlfactory_nb.models.reasoning_mode import trained_mode
 from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats

@@ -126,7 +126,11 @@ class Episode:
         if not isinstance(self.instance, Environment):
             made, self.instance = self.instance, None
             self.release_slot()
-            raise self.failed("create", TypeError(f"the env factory returned {type(made).__name__}, not an Environment"))
+            raise self.failed("create", TypeError(
+                f"the env factory returned {type(made).__name__}, not an Environment: subclass rf.Environment, or, "
+                f"for a TRL-style class, pass the class itself (env={type(made).__name__}) or wrap the factory "
+                "with trl_env (env=trl_env(factory))"
+            ))
         self.stats.opened += 1
         return self.instance
 

@@ -7,8 +7,14 @@ import asyncio
 
 import pytest
 
-from rlfactory_nb.envs.adapters import skyrl_env, textarena_env, trl_env
+import rlfactory_nb as rf
+from rlfactory_nb.data.objects import RunObjects
+from rlfactory_nb.engines.testing import ScriptedEngine
+from rlfactory_nb.envs import env_factory
+from rlfactory_nb.envs.adapters import TRLEnvironment, skyrl_env, textarena_env, trl_env
 from rlfactory_nb.envs.base import Reset
+from rlfactory_nb.errors import ArgumentTypeError
+from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.types import ToolCall, Turn
 
 
@@ -193,3 +199,112 @@ def test_trl_reset_without_arguments_or_return():
     assert env.inner.started and env.tool_specs() == []
     with pytest.raises(TypeError, match="factory"):
         trl_env(Plain())
+
+
+# --- TRL classes as TRL users write them, passed as env= unchanged ------------------------------
+
+
+class IncrementEnv:
+    """TRL's docs' example, as written there: reset() with no arguments, one documented tool."""
+
+    def __init__(self):
+        self._counter = 0
+
+    def reset(self) -> None:
+        self._counter = 0
+
+    def increment(self, a: int) -> int:
+        """
+        Increment the integer by a specified value
+
+        Args:
+            a: The value to increment by
+
+        Returns:
+            The incremented integer.
+        """
+        self._counter += a
+        return self._counter
+
+    def get_reward(self) -> float:
+        return float(self._counter == 3)
+
+
+class Game2048Env:
+    """After TRL's examples/scripts/grpo_2048.py (abridged): no __init__, reset(**kwargs) returns the
+    board, one tool, private helpers, and a `get_reward` that owns the reward (async, as TRL allows)."""
+
+    def reset(self, **kwargs) -> str:
+        self.board = [[2, 2, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+        self.score = 0.0
+        return self._render()
+
+    def move(self, direction: str) -> str:
+        """
+        Play one move in 2048.
+
+        Args:
+            direction: One of "up", "down", "left", "right".
+
+        Returns:
+            Environment feedback after the move.
+        """
+        if direction.strip().lower() == "left" and self.board[0][:2] == [2, 2]:
+            self.board[0] = [4, 0, 0, 0]
+            self.score += 4
+        return f"score={self.score}\n{self._render()}"
+
+    async def get_reward(self) -> float:
+        return self.score
+
+    def _render(self) -> str:
+        return "\n".join(" ".join(f"{v:3d}" for v in row) for row in self.board)
+
+
+def test_a_trl_class_is_wrapped_with_trl_env_wherever_an_env_is_given():
+    tokenizer = build_tokenizer()
+    made = [
+        env_factory(IncrementEnv)(),
+        env_factory("tests.envs.test_adapters:IncrementEnv")(),  # a config's rollout.env
+        RunObjects.of(env=IncrementEnv).env(),  # what train_sync, launch and evaluate are given
+        rf.Agent(None, tokenizer=tokenizer, engine=ScriptedEngine(tokenizer, []), env=IncrementEnv).env_factory(),
+    ]
+    for env in made:
+        assert isinstance(env, TRLEnvironment) and type(env.inner).__name__ == "IncrementEnv"
+        assert [spec.name for spec in env.tool_specs()] == ["increment"]  # get_reward is TRL's, not a tool
+    assert env_factory(Counter)().inner.__class__ is Counter
+    assert env_factory(trl_env(Counter)) is not None  # already wrapped: kept as it is
+
+
+def test_a_class_that_is_neither_an_environment_nor_trl_style_is_refused_naming_trl_env():
+    class NoReset:
+        def move(self, direction: str) -> str:
+            """Move."""
+            return direction
+
+    class NeedsUrl(IncrementEnv):
+        def __init__(self, url: str):
+            self.url = url
+
+    with pytest.raises(ArgumentTypeError, match=r"no reset\(\) method.*trl_env\(NoReset\)"):
+        env_factory(NoReset)
+    with pytest.raises(ArgumentTypeError, match=r"needs url.*trl_env\(lambda: NeedsUrl"):
+        env_factory(NeedsUrl)
+    with pytest.raises(ArgumentTypeError, match=r"not an instance.*env=IncrementEnv rather than env=IncrementEnv\(\)"):
+        env_factory(IncrementEnv())
+
+
+def test_trl_get_reward_is_the_episode_reward_sync_or_async():
+    env = trl_env(IncrementEnv)()
+    env.reset({"messages": []}, seed=0)
+    assert env.reward() == 0.0
+    asyncio.run(env.call_tools([ToolCall("increment", {"a": 3})]))
+    assert env.reward() == 1.0
+    game = trl_env(Game2048Env)()
+    opening = game.reset({"messages": [{"role": "user", "content": "Play 2048."}]}, seed=0)
+    assert opening.messages[-1]["content"].startswith("Play 2048.\n\n  2   2")
+    assert [spec.name for spec in game.tool_specs()] == ["move"]
+    [moved] = asyncio.run(game.call_tools([ToolCall("move", {"direction": "left"})]))
+    assert moved.content.startswith("score=4.0")
+    assert asyncio.run(game.reward()) == 4.0  # async get_reward: the episode awaits what reward() returns
+    assert trl_env(IncrementEnv, reward=lambda inner: 0.5)().reward() == 0.5  # an explicit reward wins

@@ -219,3 +219,10 @@ async def test_an_adapter_env_that_raises_ends_the_episode_as_data(tokenizer):
     assert "the counter jammed" in tool_result["content"]  # a tool failure is data the model reads
     assert traj.metadata["env_error"]["kind"] == "close"
     assert agent.episode_stats.errors["close"] == 1 and agent.episode_stats.open_now == 0
+
+
+async def test_a_factory_that_returns_a_trl_object_fails_in_create_naming_trl_env(tokenizer):
+    agent = agent_for(tokenizer, ScriptedEngine(tokenizer, ["Done."]), lambda: Counter(), max_turns=2)
+    traj = await agent.rollout({"messages": [{"role": "user", "content": "Count."}], "target": 1})
+    error = traj.metadata["env_error"]
+    assert error["kind"] == "create" and "env=trl_env(factory)" in error["message"] and "env=Counter" in error["message"]

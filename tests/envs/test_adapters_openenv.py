@@ -210,6 +210,59 @@ def test_server_that_cannot_start_names_its_error(tmp_path):
         OpenEnvServer("no_colon")
 
 
+def env_outside_the_checkout(folder, package: str = "my_guess_env", tail: str = "") -> str:
+    """A copy of the guess server as a package of its own in `folder` (as a clone of OpenEnv's
+    envs/echo_env would be): its `app`, as openenv_env(app=...) names it."""
+    from pathlib import Path
+
+    server = folder / package / "server"
+    server.mkdir(parents=True)
+    (folder / package / "__init__.py").write_text("")
+    (server / "__init__.py").write_text("")
+    source = (Path(__file__).resolve().parents[2] / "examples" / "guess" / "openenv_server.py").read_text()
+    (server / "app.py").write_text(source + tail)
+    return f"{package}.server.app:app"
+
+
+def test_a_server_that_cannot_start_says_what_failed_not_that_the_venv_is_missing(tmp_path):
+    from rlfactory_nb.errors import ServerStartError
+
+    app = env_outside_the_checkout(tmp_path)
+    with pytest.raises(ServerStartError, match=r"module 'my_guess_env.server.app' is not on the server's path.*pass cwd=") as off_path:
+        OpenEnvServer(app, startup_timeout_s=30).start()
+    assert "OpenEnv venv" not in str(off_path.value)  # the interpreter was fine: the folder was not on its path
+    needs = env_outside_the_checkout(tmp_path, "needs_a_dependency", tail="import no_such_dependency\n")
+    with pytest.raises(ServerStartError, match=r"imports 'no_such_dependency', which .* cannot import: install it"):
+        OpenEnvServer(needs, cwd=tmp_path, startup_timeout_s=30).start()
+    with pytest.raises(ServerStartError, match=r"has no attribute 'missing'"):
+        OpenEnvServer(app.replace(":app", ":missing"), cwd=tmp_path, startup_timeout_s=30).start()
+    with pytest.raises(ServerStartError, match=r"cannot run /no/such/python"):
+        OpenEnvServer(app, python="/no/such/python", cwd=tmp_path).start()
+    with pytest.raises(ValueError, match="cwd="):
+        openenv_env(app=app, cwd=tmp_path / "absent")
+
+
+@pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
+def test_a_server_outside_the_checkout_is_started_in_its_own_folder(tmp_path):
+    app = env_outside_the_checkout(tmp_path)
+
+    async def main():
+        env = openenv_env(app=app, cwd=tmp_path)()
+        await env.reset({"messages": []}, seed=5)
+        assert [spec.name for spec in env.tool_specs()] == ["guess"]
+        assert await play_binary_search(env) >= 1
+        await env.close()
+        return env.url
+
+    url = asyncio.run(main())
+    from rlfactory_nb.envs.adapters import openenv_server
+
+    [key] = [k for k, s in openenv_server._SHARED.items() if s.url == url]
+    server = openenv_server._SHARED.pop(key)  # a stopped server left behind has no url for the next test
+    assert server.cwd == tmp_path.resolve() and key[2] == str(tmp_path.resolve())
+    server.stop()
+
+
 @pytest.mark.slow  # starts its own OpenEnv server: about 5-30 s on 2 busy cores
 def test_a_server_started_from_its_app_is_shared_by_the_process_s_episodes():
     from rlfactory_nb.envs.adapters import openenv_server

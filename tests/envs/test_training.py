@@ -110,3 +110,35 @@ def test_a_config_names_the_environment_and_its_limits(tiny_dir, tmp_path):
     assert agent.env_factory.__name__ == "Dice" and agent.env_limits == EpisodeLimits(timeout_s=5.0, max_open=3)
     named = config(tiny_dir, tmp_path, rollout__env="tests.envs.test_training:Dice", reward__function=f"{__file__}:roll_seen")
     assert Runtime.from_config(named, RunObjects()).env_reward_use() == "logged"
+
+
+class Counter:
+    """A TRL environment as TRL users write it (no base class; `get_reward` owns the reward)."""
+
+    def reset(self, **kwargs) -> str:
+        self.counter = 0
+        return "The counter is at 0."
+
+    def increment(self, a: int) -> int:
+        """
+        Increment the counter.
+
+        Args:
+            a: The value to increment by
+        """
+        self.counter += a
+        return self.counter
+
+    def get_reward(self) -> float:
+        return 0.5 - self.counter
+
+
+async def test_a_trl_class_passed_unchanged_trains_on_its_get_reward(tiny_dir, tmp_path):
+    cfg = config(tiny_dir, tmp_path, grpo__steps=1)
+    await train(cfg, env=Counter, train_data=[{"prompt": f"Count to {i}.", "ground_truth": ""} for i in range(2)])
+    trajectories = saved(cfg, 1)
+    assert trajectories and not [t for t in trajectories if "env_error" in t["metadata"]]
+    for traj in trajectories:
+        expected = 0.5 - traj["metadata"]["env_state"]["counter"]
+        assert traj["metadata"]["env_reward"] == traj["metadata"]["reward"] == expected
+        assert traj["messages"][0]["content"].endswith("The counter is at 0.")

@@ -1,13 +1,15 @@
 """examples/shop: a tau2-bench-style retail task. Its data (built offline from a seed), one SQLite copy
-per episode, shop policy in the tools, a customer who answers from the row, a reward that compares
-the final database with the goal state, and whole episodes through the real rollout loop with a
-ScriptedEngine playing the agent over the tiny preset's real tokenizer."""
+per episode, shop policy in the tools, a customer who answers from the row, a reward that checks the
+final database against the goal state, what the customer was told and the writes attempted, and
+whole episodes through the real rollout loop with a ScriptedEngine playing the agent over the tiny
+preset's real tokenizer."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,7 +98,8 @@ def test_tools_follow_the_shop_policy():
         ToolCall("get_order", {"order_id": 1}),
     ]))
     assert "only pending" in results[0].content and results[1].content == "Error: no order #1"
-    assert shop.reward() == 1.0  # a refusal leaves the goal state (untouched) in place
+    assert shop.goal_reached()  # the shop refused the write: the database is untouched...
+    assert shop.forbidden() == [f"re-address #{shipped[0]}"] and shop.reward() == 0.0  # ...but it was attempted
     asyncio.run(shop.close())
 
 
@@ -111,15 +114,15 @@ def test_the_scripted_customer_replies_in_order_then_stops():
         Shop(customer)
 
 
-async def rollout(tokenizer, row, replies, user=None):
+async def rollout(tokenizer, row, replies, user=None, keep_state=False):
     engine = ScriptedEngine(tokenizer, replies)
     agent = rf.Agent(None, tokenizer=tokenizer, engine=engine, env=shop_env(user), max_turns=8, max_total_tokens=2048)
     traj = await agent.rollout(row, keep_open=True)
     env = agent.env_of(traj)
-    reward, folder = env.reward(), env.folder
+    reward, folder, state = env.reward(), env.folder, env.state()
     await agent.close_episodes()
     assert not folder.exists() and agent.episode_stats.open_now == 0
-    return traj, reward
+    return (traj, reward, state) if keep_state else (traj, reward)
 
 
 async def test_an_agent_that_serves_the_customer_reaches_the_goal_state(tokenizer):
@@ -148,15 +151,70 @@ async def test_a_wrong_or_forbidden_action_scores_zero_and_a_refusal_scores_one(
     _, wrong = await rollout(tokenizer, row, [call("cancel_order", order_id=wrong_order), "Done."])
     _, idle = await rollout(tokenizer, row, ["I cannot help with that."])
     infeasible = a_row("cancel", feasible=False)
-    _, refused = await rollout(tokenizer, infeasible, [call("find_orders", email=email_of(infeasible)), "It has shipped; I cannot cancel it."])
-    assert (wrong, idle, refused) == (0.0, 0.0, 1.0)
+    order, status = infeasible["communicate_info"]
+    lookup = call("find_orders", email=email_of(infeasible))
+    _, refused = await rollout(tokenizer, infeasible, [lookup, f"Order #{order} is {status}, so I cannot cancel it."])
+    _, vague = await rollout(tokenizer, infeasible, [lookup, "Sorry, I cannot cancel it."])  # which order, and why?
+    _, untold = await rollout(tokenizer, infeasible, [lookup, f"Order #{order} is {status}."])  # and cancelled or not?
+    _, tried = await rollout(tokenizer, infeasible, [lookup, call("cancel_order", order_id=int(order)),
+                                                     f"Order #{order} is {status}, so I cannot cancel it."])
+    assert (wrong, idle, refused, vague, untold, tried) == (0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 
 
 async def test_a_user_simulator_plays_the_customer(tokenizer):
     traj, reward = await rollout(tokenizer, a_row("cancel"), ["Which order?", "Goodbye."],
                                  user=lambda: rf.UserSimulator(replies=["Never mind. ###STOP###"]))
     assert reward == 0.0 and traj.num_turns == 1
-    assert traj.metadata["user_tokens"] > 0 and traj.metadata["env_state"] == {"actions": [], "goal_reached": False}
+    assert traj.metadata["user_tokens"] > 0
+    assert traj.metadata["env_state"] == {"actions": [], "goal_reached": False, "untold": [], "forbidden": []}
+
+
+SILENT = ""
+BROKEN = '<tool_call>\n{"name"name"name"name"name"name"name"name'
+"""the tiny model's broken call in notebook 01: parsed as an error, it changes nothing and says nothing"""
+
+
+def clerk(prompt: str) -> str:
+    """A correct agent, scripted: looks the customer up, then does the request (and confirms it) or
+    refuses it, naming the order and its status."""
+    request = re.search(r"I am (\S+); please (cancel|send) my (.+?) order(?: to (.+?))?\.", prompt)
+    assert request is not None, prompt
+    email, verb, item, address = request.groups()
+    listed = re.search(rf"#(\d+) {re.escape(item)} \((\w+)\)", prompt)
+    if listed is None:
+        return call("find_orders", email=email)
+    order, status = int(listed[1]), listed[2]
+    if status != "pending":
+        return f"Order #{order} ({item}) is {status}, so I cannot cancel it."
+    if f"Done: order #{order}" in prompt:
+        return f"Your {item} order #{order} is " + ("cancelled." if verb == "cancel" else f"now going to {address}.")
+    if verb == "cancel":
+        return call("cancel_order", order_id=order)
+    return call("change_address", order_id=order, address=address)
+
+
+async def policy_scores(tokenizer, rows_of, replies) -> list[tuple[float, bool]]:
+    """(reward, database goal reached) of each row, played by `replies`."""
+    scored = []
+    for row in rows_of:
+        _, reward, state = await rollout(tokenizer, row, replies, keep_state=True)
+        scored.append((reward, state["goal_reached"]))
+    return scored
+
+
+@pytest.mark.parametrize("split", ["heldout", "train"])
+async def test_silence_and_broken_calls_score_zero_on_every_row_and_a_correct_clerk_one(tokenizer, split):
+    """The reward cannot be earned by doing nothing: a refused request's database is untouched, but
+    its customer must be told which order, its status and that it cannot be done."""
+    tasks_of = rows(split)
+    silent = await policy_scores(tokenizer, tasks_of, [SILENT])
+    broken = await policy_scores(tokenizer, tasks_of, [BROKEN])
+    correct = await policy_scores(tokenizer, tasks_of, clerk)
+    refused = sum(not row["gold_actions"] for row in tasks_of)
+    # the database check alone still passes the untouched rows: what the old reward paid for
+    assert sum(reached for _, reached in silent) == sum(reached for _, reached in broken) == refused > 0
+    assert [reward for reward, _ in silent] == [reward for reward, _ in broken] == [0.0] * len(tasks_of)
+    assert [reward for reward, _ in correct] == [1.0] * len(tasks_of)
 
 
 @pytest.mark.slow

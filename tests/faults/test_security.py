@@ -148,7 +148,7 @@ DYNAMIC_IMPORTS = {
     ("__init__.py", "import_module"),  # lazy attributes of rlfactory_nb itself
     ("cluster/__init__.py", "import_module"),  # lazy attributes of rlfactory_nb.cluster, from its constant table
     ("tools/__init__.py", "import_module"),  # lazy attributes of rlfactory_nb.tools, from its constant table
-    ("envs/base.py", "import_module"),  # rollout.env given as module:Class in the run config
+    ("envs/factory.py", "import_module"),  # rollout.env given as module:Class in the run config
     ("rewards/loading.py", "import_module"),  # reward.function from the run config
     ("rewards/loading.py", "exec_module"),  # reward.function given as a file path in the run config
     ("tools/python.py", "import_module"),  # functions: entries of the tools config

@@ -66,7 +66,7 @@ async def test_one_episode_two_calls_one_exact_segment(framework, replay, tiny_p
     assert (counters["calls"], counters["merged"], counters["forks"], counters["drift"]) == (2, 1, 0, 0)
     assert [(c.name, c.arguments) for c in traj.tool_calls()] == [("calculator", {"expression": "12+30"})]
     assert [r.content for r in traj.tool_results()] == ["42"]  # what the framework's tool returned
-    assert Sample.from_trajectory(traj).final_answer == "<answer>42</answer>"
+    assert Sample.from_trajectory(traj).final_answer == "42"
     # the framework's own system prompt and tool schema are in the prompt the model saw
     prompt_text = tiny_policy.tokenizer.decode(engine.prompts[0])
     assert "Use the calculator." in prompt_text and '"name": "calculator"' in prompt_text

@@ -19,7 +19,7 @@ REPLIES = [call_text("calculator", {"expression": "1+1"}), "<answer>2</answer>"]
 
 
 def answered_two(sample: rf.Sample) -> float:
-    return float(sample.final_answer == "<answer>2</answer>") + 0.5 * len(sample.tool_calls)
+    return float(sample.final_answer == "2") + 0.5 * len(sample.tool_calls)
 
 
 async def test_the_reward_lab_samples_and_scores_a_program(tiny_policy):

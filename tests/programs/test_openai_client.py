@@ -11,6 +11,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.programs import AgentProgram
+from rlfactory_nb.rewards import load_reward
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.types import Sample
 from tests.programs.conftest import CALCULATOR_SCHEMA, ReplayEngine, audit_masks, calculator, call_text
@@ -67,7 +68,7 @@ async def test_one_episode_merges_into_one_exact_trajectory(replay, tiny_policy,
     assert traj.metadata["segments"] == [] and traj.finish_reason == "stop"
     assert [c.name for c in traj.tool_calls()] == ["calculator"] and traj.tool_results()[0].content == "42"
     sample = Sample.from_trajectory(traj)
-    assert sample.final_answer == "<answer>42</answer>" and sample.ground_truth == "42"
+    assert sample.final_answer == "42" and sample.ground_truth == "42"
     audit_masks(traj, engine, tiny_policy.tokenizer, [CALCULATOR_SCHEMA])
     # the second call's prompt is the first call's prompt + what it sampled + the masked tool turn
     assert engine.prompts[1][: len(engine.prompts[0]) + len(engine.sampled[0])] == engine.prompts[0] + engine.sampled[0]
@@ -85,6 +86,31 @@ async def test_the_ids_are_the_ones_rf_agent_assembles(replay, tiny_policy):
     finally:
         await tools.stop()
     assert (traj.prompt_ids, traj.response_ids, traj.loss_mask) == (reference.prompt_ids, reference.response_ids, reference.loss_mask)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["<answer>919</answer>", "<think>7*131 = 917? No: 7*131 = 917, 919 is prime.</think>\n\n<answer>919</answer>", "919"],
+    ids=["answer-tags", "reasoning-and-tags", "bare"],
+)
+async def test_a_program_s_answer_is_scored_as_an_agent_s_last_turn_by_the_calculator_reward(replay, tiny_policy, reply):
+    """The calculator example's own reward scores the answer an openai-client program returns as it
+    scores an rf.Agent's last turn over the same reply: the family's reasoning removed, <answer> read."""
+    reward = load_reward(RunConfig.from_yaml("examples/calculator/config.yaml").reward.function)
+
+    async def joined(row, llm):  # as frameworks that keep the reasoning in the text hand it back
+        message = (await llm.client().chat.completions.create(model=llm.model, messages=row["messages"])).choices[0].message
+        thought = getattr(message, "reasoning_content", None)
+        return f"<think>{thought}</think>\n\n{message.content}" if thought else message.content
+
+    row = {"messages": QUESTION, "ground_truth": "919"}
+    scores = []
+    for fn in (tool_loop, joined):
+        program, _engine = replay([reply], fn)
+        scores.append(reward(Sample.from_trajectory(await program.rollout(row))))
+    agent = Agent(None, None, engine=ReplayEngine(tiny_policy.tokenizer, [reply]), tokenizer=tiny_policy.tokenizer)
+    scores.append(reward(Sample.from_trajectory(await agent.rollout(row))))
+    assert scores == [1.0, 1.0, 1.0]
 
 
 async def test_a_rewritten_history_starts_a_segment_and_both_train(replay, tiny_policy):

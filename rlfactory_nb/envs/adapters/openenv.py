@@ -28,6 +28,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.envs.adapters.openenv_server import OpenEnvServer, shared_server
@@ -54,6 +55,7 @@ def openenv_env(
     *,
     app: str | None = None,
     python: str | None = None,
+    cwd: str | Path | None = None,
     action: Callable[[str], dict[str, Any]] | None = None,
     observation_text: Callable[[dict[str, Any]], str] | None = None,
     reset_args: str = "reset_args",
@@ -61,7 +63,8 @@ def openenv_env(
     max_frame_bytes: int = MAX_FRAME_BYTES,
 ) -> EnvFactory:
     """An Environment factory over an OpenEnv server: at `url`, or started locally from `app`
-    ("module:app", served by uvicorn under `python`, the OpenEnv venv's interpreter) once per process.
+    ("module:app", served by uvicorn under `python`, the OpenEnv venv's interpreter, in the folder
+    `cwd`, default this checkout, which is first on its path) once per process.
 
     `action(answer)` turns the model's answer into a step action for a plain (non-MCP) environment;
     without it the environment must be an MCP one and the model acts through its tools.
@@ -70,8 +73,13 @@ def openenv_env(
     `max_frame_bytes` bounds each message the server sends (MAX_FRAME_BYTES)."""
     if (url is None) == (app is None):
         raise ConfigError("openenv_env: give exactly one of url= (a running server) or app= ('module:app')")
+    if cwd is not None and url is not None:
+        raise ConfigError("openenv_env: cwd= is the folder a server started from app= runs in; a server at url= runs already")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ConfigError(f"openenv_env: cwd={str(cwd)!r} is not a folder (the one a server started from app= runs in)")
+    cwd = None if cwd is None else str(Path(cwd).resolve())
     return functools.partial(
-        OpenEnvEnvironment, url, app=app, python=python, action=action, observation_text=observation_text,
+        OpenEnvEnvironment, url, app=app, python=python, cwd=cwd, action=action, observation_text=observation_text,
         reset_args=reset_args, message_timeout_s=message_timeout_s, max_frame_bytes=max_frame_bytes,
     )
 
@@ -85,13 +93,14 @@ class OpenEnvEnvironment(Environment):
         *,
         app: str | None = None,
         python: str | None = None,
+        cwd: str | None = None,
         action: Callable[[str], dict[str, Any]] | None = None,
         observation_text: Callable[[dict[str, Any]], str] | None = None,
         reset_args: str = "reset_args",
         message_timeout_s: float = 60.0,
         max_frame_bytes: int = MAX_FRAME_BYTES,
     ):
-        self.url = url if url is not None else shared_server(app, python).url  # type: ignore[arg-type]
+        self.url = url if url is not None else shared_server(app, python, cwd).url  # type: ignore[arg-type]
         self._action = action
         self._observation_text = observation_text or default_observation_text
         self._reset_args = reset_args

@@ -7,14 +7,21 @@ so the server runs under another interpreter: `python=`, else $RLFACTORY_OPENENV
     with OpenEnvServer("examples.guess.openenv_server:app") as server:
         agent = rf.Agent(policy, env=openenv_env(server.url))
 
-`shared_server(app)` starts one server per (app, interpreter) in a process and stops it at exit: what
-`openenv_env(app=...)` uses, so episodes made on a training worker share the worker's server.
+`shared_server(app)` starts one server per (app, interpreter, folder) in a process and stops it at
+exit: what `openenv_env(app=...)` uses, so episodes made on a training worker share the worker's server.
+
+The server runs in `cwd` (default: this checkout), which is also put first on its PYTHONPATH: an
+environment outside the checkout (a clone of OpenEnv's `envs/echo_env`, say) is served with
+`cwd=` the folder that holds its package. A server that cannot start says what failed: the app's
+module not on that path, a module it imports missing from the interpreter, an interpreter without
+uvicorn or openenv (not the OpenEnv venv), or an app attribute that is not there.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -71,7 +78,10 @@ class OpenEnvServer:
         command = [self.python, "-m", "uvicorn", self.app, "--host", "127.0.0.1", "--port", str(self.port),
                    "--log-level", "warning", "--ws-max-size", str(64 * 2**20)]
         with log:  # the child holds its own copy of the handle
-            self.process = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=log, stderr=log)
+            try:
+                self.process = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=log, stderr=log)
+            except OSError as error:  # no such interpreter or folder
+                raise ServerStartError(f"OpenEnv server {self.app}: cannot run {self.python} in {self.cwd}: {error}") from error
         try:
             self._wait_healthy()
         except BaseException:
@@ -104,7 +114,9 @@ class OpenEnvServer:
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise ServerStartError(f"OpenEnv server {self.app} exited with {self.process.returncode}: {self._log_tail()}")
+                log = self._log_tail()
+                raise ServerStartError(
+                    f"OpenEnv server {self.app} exited with {self.process.returncode}: {self._diagnosis(log)}\n{log}")
             try:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1.0).status_code == 200:
                     return
@@ -125,24 +137,41 @@ class OpenEnvServer:
     def _log_tail(self) -> str:
         if self._log_path is None or not self._log_path.exists():
             return "(no log)"
-        text = self._log_path.read_text(errors="replace")[-2000:]
-        hint = "" if "No module named" not in text else " (is the OpenEnv venv made? scripts/install_openenv.sh)"
-        return text.strip() + hint
+        return self._log_path.read_text(errors="replace")[-2000:].strip()
+
+    def _diagnosis(self, log: str) -> str:
+        """What the server's log says failed, in one sentence that names the fix."""
+        module, _, attribute = self.app.partition(":")
+        if "No module named uvicorn" in log:
+            return f"{self.python} has no uvicorn: it is not the OpenEnv venv (scripts/install_openenv.sh makes one; or pass python=)"
+        missing = re.findall(r"No module named '([\w.]+)'", log)
+        if missing:
+            name = missing[-1]
+            if module == name or module.startswith(f"{name}."):
+                return (f"the app's module {module!r} is not on the server's path (cwd {self.cwd}, which is put first on "
+                        f"its PYTHONPATH): pass cwd= the folder that holds {name.split('.')[0]!r}, or install it into {self.python}")
+            if name.split(".")[0] in ("openenv", "fastmcp", "fastapi"):
+                return f"{self.python} cannot import {name!r}: it is not the OpenEnv venv (scripts/install_openenv.sh makes one; or pass python=)"
+            return (f"{module!r} imports {name!r}, which {self.python} cannot import: install it into that interpreter, "
+                    f"or put it in the server's folder (cwd {self.cwd})")
+        if f'Attribute "{attribute}" not found' in log:
+            return f"module {module!r} has no attribute {attribute!r}: check app= ('module:attribute')"
+        return "see its log below"
 
 
-_SHARED: dict[tuple[str, str], OpenEnvServer] = {}
+_SHARED: dict[tuple[str, str, str], OpenEnvServer] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_server(app: str | None, python: str | None = None) -> OpenEnvServer:
-    """One started server per (app, interpreter) in this process, stopped when the process exits."""
+def shared_server(app: str | None, python: str | None = None, cwd: str | Path | None = None) -> OpenEnvServer:
+    """One started server per (app, interpreter, folder) in this process, stopped when the process exits."""
     if not app:
         raise ConfigError("openenv_env: app= names the server to start ('module:app')")
-    key = (app, openenv_python(python))
+    key = (app, openenv_python(python), str(cwd or _REPO_ROOT))
     with _SHARED_LOCK:
         server = _SHARED.get(key)
         if server is None or server.process is None or server.process.poll() is not None:
-            server = _SHARED[key] = OpenEnvServer(app, python=python).start()
+            server = _SHARED[key] = OpenEnvServer(app, python=python, cwd=cwd).start()
             atexit.register(server.stop)
         return server
 

@@ -19,9 +19,12 @@ This adapter gives such a class the rlfactory `Environment` shape without a line
             return self.n
 
     agent = rf.Agent(policy, env=trl_env(Counter, reward=lambda env: float(env.n == 3)))
+    agent = rf.Agent(policy, env=Counter)  # the same: a TRL-style class is wrapped (envs/factory.py)
 
-A reward function sees the TRL object as `sample.env.inner`. The adapter imports nothing from TRL:
-the convention is plain Python.
+The episode's own reward is, in this order: `reward(inner)` if given; the class's `get_reward()`, the
+method TRL reserves for an environment that owns its reward (never a tool; it may be async); its
+`reward()`. A reward function sees the TRL object as `sample.env.inner`. The adapter imports nothing
+from TRL: the convention is plain Python.
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ from rlfactory_nb.errors import ArgumentTypeError
 from rlfactory_nb.tools.python import PythonTool, tool
 from rlfactory_nb.types import Message
 
-NOT_TOOLS = frozenset({"reset", "close"})
-"""public methods that are part of the convention, never offered to the model"""
+NOT_TOOLS = frozenset({"reset", "close", "get_reward"})
+"""public methods that are part of the convention, never offered to the model (TRL reserves `reset`
+and `get_reward`)"""
+OWN_REWARDS = ("get_reward", "reward")
+"""the methods whose value is the episode's reward when trl_env is given no `reward=`, first found wins"""
 
 
 def trl_env(
@@ -46,7 +52,8 @@ def trl_env(
     """An Environment factory over a TRL-style class (or zero-argument factory).
 
     `reward(inner)`, if given, scores the final state of the TRL object; otherwise the object's own
-    zero-argument `reward()` method, if it has one, is used (and is then not a tool)."""
+    zero-argument `get_reward()` (TRL's) or `reward()` method, if it has one, is used (and is then
+    not a tool)."""
     if not callable(factory):
         raise ArgumentTypeError(f"trl_env: expected a class or zero-argument factory, got {factory!r}")
     return functools.partial(TRLEnvironment, factory, reward)
@@ -76,8 +83,11 @@ class TRLEnvironment(Environment):
     def reward(self) -> float | dict[str, float] | None:
         if self._reward_fn is not None:
             return self._reward_fn(self.inner)
-        own = getattr(self.inner, "reward", None)
-        return own() if callable(own) else None
+        for name in OWN_REWARDS:
+            own = getattr(self.inner, name, None)
+            if callable(own):
+                return own()  # a coroutine from an async get_reward is awaited by the episode
+        return None
 
     def state(self) -> dict[str, Any] | None:
         public = {k: v for k, v in vars(self.inner).items() if not k.startswith("_")}

@@ -4,8 +4,11 @@
 
 Each row is one customer with one request: cancel a pending order, send a pending order to a new
 address, or cancel an order that has already shipped (which the agent must refuse: its goal state is
-the untouched database). The row carries the opening messages, the customer's instructions and
-scripted replies (`instructions`, read by rf.UserSimulator, and `user_replies`), and the gold actions that define the goal state (`gold_actions`).
+the untouched database, and the customer must be told why). The row carries the opening messages, the
+customer's instructions and scripted replies (`instructions`, read by rf.UserSimulator, and
+`user_replies`), the gold actions that define the goal state (`gold_actions`), and, as in
+tau2-bench, the facts the agent must tell the customer (`communicate_info`: for a refused request,
+the order's number and status).
 Customers are split between train and held-out, so held-out tasks concern customers never trained on.
 """
 
@@ -20,7 +23,8 @@ from rlfactory_nb.recipes.shop.world import SEED, address, template
 
 SYSTEM = (
     "You are a shop support agent. Use the tools to look up and change orders. "
-    "Only pending orders can be cancelled or re-addressed."
+    "Only pending orders can be cancelled or re-addressed. When a request cannot be done, tell the "
+    "customer the order number, its status and that it cannot be changed."
 )
 THANKS = "Thanks, that is all. ###STOP###"
 DATA = Path(__file__).resolve().parents[3] / "examples" / "shop" / "data"
@@ -55,11 +59,13 @@ def task(rng: random.Random, name: str, email: str, order_id: int, item: str, st
         feasible = status == "pending"
         gold = [{"name": "cancel_order", "arguments": {"order_id": order_id}}] if feasible else []
         goal = f"the {item} order (#{order_id}) is cancelled" if feasible else "nothing changes: the order has shipped"
+    tell = [] if gold else [str(order_id), status]
     opening = f"Hi, I am {email}; {ask}."
     return {
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": opening}],
         "task": kind,
         "gold_actions": gold,
+        "communicate_info": tell,
         "ground_truth": goal,
         "instructions": (
             f"You are {name} ({email}), a shop customer. Your request: {ask}. Answer the agent's "

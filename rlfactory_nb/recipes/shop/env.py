@@ -2,10 +2,20 @@
 
 Each episode gets its own SQLite copy of the shop (world.py). The agent reads and changes orders with
 four tools bound to the episode; a customer (a simulated user whose goal comes from the row) answers
-whenever the agent replies without a tool call; the reward compares the database the agent left with
-the goal state, made by replaying the task's gold actions on a second fresh copy (as tau2-bench
-does). Shop policy lives in the tools: only pending orders may be cancelled or re-addressed, so some
-requests must be refused, and then the goal state is the untouched database.
+whenever the agent replies without a tool call. Shop policy lives in the tools: only pending orders
+may be cancelled or re-addressed, so some requests must be refused, and then the goal state is the
+untouched database.
+
+The reward is 1 only when the episode passes all three of tau2-bench's checks that apply here:
+- the database: the orders the agent left equal the goal state, made by replaying the task's gold
+  actions on a second fresh copy;
+- what the customer was told: every fact of the row's `communicate_info` (for a refused request, the
+  order's number and status) appears in what the agent said to the customer, and a refusal says
+  that the request cannot be done (`REFUSAL`);
+- no forbidden action: no write (cancel, re-address) was attempted on an order the task does not
+  change, even one the shop refused.
+Without the last two, a refused request's goal is the untouched database, so an agent that said
+nothing, or wrote only broken calls, earned 1 on every such row (35 of 63 training rows).
 
     env = shop_env()                                             # the row's scripted replies
     env = shop_env(user=lambda: rf.UserSimulator(engine=judge))  # a model plays the customer
@@ -20,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -35,6 +46,11 @@ from rlfactory_nb.types import Turn
 
 STOP = "###STOP###"
 """what a customer writes when the conversation is over (tau2-bench's marker)"""
+REFUSAL = re.compile(
+    r"\b(cannot|can ?not|can[’']t|unable|not (be )?(able|possible)|isn[’']t possible|no longer|too late|won[’']t be able)\b",
+    re.IGNORECASE,
+)
+"""how a refusal reads: the customer of a refused request must hear that it cannot be done"""
 
 
 class ScriptedCustomer(Environment):
@@ -76,10 +92,21 @@ class Shop(Environment):
         self.db: sqlite3.Connection | None = None
         self.goal: tuple[tuple, ...] = ()
         self.actions: list[str] = []
+        """the writes the shop carried out, in order ("cancel #1003")"""
+        self.attempts: list[tuple[str, int]] = []
+        """every write the agent asked for, carried out or refused: (verb, order id)"""
+        self.told: list[str] = []
+        """what the agent said to the customer (its answers without a tool call)"""
+        self.must_tell: list[str] = []
+        self.changed_orders: set[int] = set()
+        """the orders the task's gold actions change: a write on any other is forbidden"""
 
     async def reset(self, row: dict[str, Any], *, seed: int) -> None:
+        gold = row.get("gold_actions") or []
         await asyncio.to_thread(self._open)
-        self.goal = await asyncio.to_thread(goal_state, self.seed, row.get("gold_actions") or [])
+        self.goal = await asyncio.to_thread(goal_state, self.seed, gold)
+        self.must_tell = [str(fact) for fact in row.get("communicate_info") or []]
+        self.changed_orders = {int(action["arguments"]["order_id"]) for action in gold}
         await _maybe_await(self.customer.reset(row, seed=seed))
 
     @tool
@@ -125,13 +152,32 @@ class Shop(Environment):
         return self._change(order_id, "re-address", "UPDATE orders SET address = ? WHERE id = ?", (address.strip(), order_id))
 
     async def respond(self, turn: Turn) -> Response | None:
+        self.told.append(turn.text if turn.answer is None else turn.answer)
         return await _maybe_await(self.customer.respond(turn))
 
     def reward(self) -> float:
-        return float(self.db is not None and orders_digest(self.db) == self.goal)
+        return float(self.goal_reached() and not self.untold() and not self.forbidden())
+
+    def goal_reached(self) -> bool:
+        """The database check: the orders equal the goal state."""
+        return self.db is not None and orders_digest(self.db) == self.goal
+
+    def untold(self) -> list[str]:
+        """The facts the customer had to hear and did not ("refusal" for a refusal never said)."""
+        said = " ".join(self.told)
+        missing = [fact for fact in self.must_tell if not _mentions(said, fact)]
+        refused = not self.changed_orders
+        return [*missing, "refusal"] if refused and not REFUSAL.search(said) else missing
+
+    def forbidden(self) -> list[str]:
+        """The writes attempted on orders the task does not change."""
+        return [f"{verb} #{order}" for verb, order in self.attempts if order not in self.changed_orders]
 
     def state(self) -> dict[str, Any]:
-        return {"actions": list(self.actions), "goal_reached": bool(self.reward())}
+        return {
+            "actions": list(self.actions), "goal_reached": self.goal_reached(),
+            "untold": self.untold(), "forbidden": self.forbidden(),
+        }
 
     async def close(self) -> None:
         try:
@@ -161,6 +207,7 @@ class Shop(Environment):
         return self._db.execute("SELECT item, status, address FROM orders WHERE id = ?", (int(order_id),)).fetchone()
 
     def _change(self, order_id: int, verb: str, sql: str, parameters: tuple) -> str:
+        self.attempts.append((verb, int(order_id)))
         row = self._order(order_id)
         if row is None:
             return f"Error: no order #{order_id}"
@@ -183,6 +230,17 @@ def goal_state(seed: int, gold_actions: Sequence[dict[str, Any]]) -> tuple[tuple
         return orders_digest(replay._db)
     finally:
         replay._close_database()
+
+
+def _mentions(said: str, fact: str) -> bool:
+    """Whether `said` states `fact`: a number as a whole number (#1004, 1004), words case-blind.
+
+    >>> _mentions("Order #1004 has shipped.", "1004"), _mentions("Order 10045", "1004"), _mentions("SHIPPED", "shipped")
+    (True, False, True)
+    """
+    if fact.isdigit():
+        return re.search(rf"(?<!\d){fact}(?!\d)", said) is not None
+    return fact.lower() in said.lower()
 
 
 async def _maybe_await(value: Any) -> Any:
