@@ -88,8 +88,9 @@ class ScriptEngine:
 
 
 def agent(tokenizer: Any) -> Agent:
+    # env_seed "sample": every episode draws its own delays (group siblings would share them)
     return Agent(None, engine=ScriptEngine(tokenizer), tokenizer=tokenizer, env=SlowEnv, max_turns=TOOL_CALLS + 1,
-                 max_total_tokens=4096, drift="off")
+                 max_total_tokens=4096, drift="off", env_seed="sample")
 
 
 def rows(prompts: int) -> list[dict[str, Any]]:
@@ -135,7 +136,7 @@ async def measure(episodes: int, rounds: int) -> dict[str, Any]:
             run = run_async if name == "async" else run_barrier
             times[name].append(await run(tokenizer, prompts))
     medians = {name: statistics.median(values) for name, values in times.items()}
-    delays = [episode_delays(sample_id(p, s).turn_seed(-1)) for p in range(prompts) for s in range(GROUP_SIZE)]
+    delays = [episode_delays(sample_id(p, s).reset_seed("sample")) for p in range(prompts) for s in range(GROUP_SIZE)]
     bound = {"async": max(map(sum, delays)), "barrier": sum(max(turn) for turn in zip(*delays))}
     return {
         "episodes": prompts * GROUP_SIZE,

@@ -46,6 +46,7 @@ from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train import parallel
 from rlfactory_nb.train.backends import kl_reference, register_backend
 from rlfactory_nb.train.batch import TrainBatch
+from rlfactory_nb.train.failures import is_actor_death
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.update import UpdateSettings, make_optimizer, policy_update
 
@@ -221,7 +222,7 @@ class RayBackend:
         if self.cluster.colocate:
             await self.engine.sleep()  # the update gets the GPU memory the engines held
         shared = self._ray.put(batch)  # one copy in the object store, read by every worker
-        per_rank = await asyncio.gather(*(worker.update.remote(shared, step) for worker in self.workers))
+        per_rank = await all_ranks(*(worker.update.remote(shared, step) for worker in self.workers))
         return merge_rank_metrics(per_rank)
 
     async def sync_weights(self, version: int | None = None) -> None:
@@ -233,7 +234,7 @@ class RayBackend:
             await self._broadcast_weights(version)
             return
         states = [worker.engine_state.remote() for worker in self._gatherers()]
-        await asyncio.gather(self.engine.update_weights(states[0], version), *states[1:])
+        await all_ranks(self.engine.update_weights(states[0], version), *states[1:])
 
     async def _broadcast_weights(self, version: int | None) -> None:
         if self._specs is None:  # once: the group, and the tensor list every receiver allocates from
@@ -244,7 +245,7 @@ class RayBackend:
                 self.workers[0].open_sync_group.remote(address),
                 *(actor.open_sync_group.remote(address, 1 + i) for i, actor in enumerate(self.engine.actors)),
             )
-        await asyncio.gather(
+        await all_ranks(
             *(worker.send_weights.remote() for worker in self._gatherers()),
             *(actor.receive_weights.remote(self._specs, version) for actor in self.engine.actors),
         )
@@ -270,7 +271,7 @@ class RayBackend:
 
     async def _rank0(self, method: str) -> Any:
         """Rank 0's result of `method` (called on every rank where it is a collective)."""
-        results = await asyncio.gather(*(getattr(worker, method).remote() for worker in self._gatherers()))
+        results = await all_ranks(*(getattr(worker, method).remote() for worker in self._gatherers()))
         return results[0]
 
     def _gatherers(self) -> list[Any]:
@@ -286,6 +287,17 @@ class RayBackend:
         for worker in self.workers:
             self._ray.kill(worker)
         self.reservation.remove()
+
+
+async def all_ranks(*calls: Any) -> list[Any]:
+    """Every call's result. When some fail, the error of an actor that died wins over the others: a
+    surviving rank's collective fails first (gloo's "Connection reset by peer"), before Ray reports
+    its peer dead, and the dead one is what a person can act on (train/failures.py names it)."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    errors = [result for result in results if isinstance(result, BaseException)]
+    if errors:
+        raise next((error for error in errors if is_actor_death(error)), errors[0])
+    return list(results)
 
 
 def start_judge(cfg: RunConfig) -> ClusterEngine | None:

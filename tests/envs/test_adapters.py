@@ -231,7 +231,7 @@ class IncrementEnv:
 
 
 class Game2048Env:
-    """After TRL's examples/scripts/grpo_2048.py (abridged): no __init__, reset(**kwargs) returns the
+    """After the 2048 game of TRL's GRPO example scripts (abridged): no __init__, reset(**kwargs) returns the
     board, one tool, private helpers, and a `get_reward` that owns the reward (async, as TRL allows)."""
 
     def reset(self, **kwargs) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -58,8 +59,11 @@ def plant(tmp_path):
             fifos.append(path)
         elif kind == "socket":
             server = socket.socket(socket.AF_UNIX)
-            server.bind(str(path))
+            short = Path(tempfile.mkdtemp(prefix="rf-sock-")) / "s"  # a socket path is limited to 107 bytes
+            server.bind(str(short))
             server.listen()
+            short.rename(path)  # the bound socket file moves; xdist's tmp paths are longer than the limit
+            short.parent.rmdir()
             sockets.append(server)
         else:
             try:
