@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rlfactory_nb._async import run_sync
 from rlfactory_nb._threads import in_thread
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.engines.base import Engine, SamplingParams
@@ -163,9 +162,6 @@ class AgentProgram:
 
     async def close_episodes(self, trajectories: Any) -> None:
         """rf.Agent's hook: nothing of a program's episode is left open."""
-
-    def rollout_sync(self, row: Sequence[Message] | dict[str, Any]) -> Trajectory:
-        return run_sync(self.rollout(row))
 
     # ------------------------------------------------------------------ serving
 

@@ -180,10 +180,6 @@ class Agent:
             self._engine = self.policy.engine("hf")
         return self._engine
 
-    def tool_schemas(self) -> list[dict] | None:
-        """The ToolSet's tools as chat templates take them (an environment's come from its instance)."""
-        return [spec.to_openai() for spec in self.tools.specs] if self.tools else None
-
     def start(
         self,
         prompt: Prompt,
