@@ -17,14 +17,16 @@ every widget no output still shows. In a live front-end the widgets stay as they
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import yaml
@@ -39,6 +41,8 @@ WAITS_FOR_JOB = "waits-for-job"
 QUICK_CELL_S = 120
 """the bound on any other cell. The slowest of them takes 18 s on a quiet 2-core machine; the bound
 is what a lost reply costs (`_execute`), so it is kept well under a job's wait"""
+REPLY_POLL_S = 1.0
+"""how long the kernel client's socket poll waits before it looks again (`sliced_reply_polls`)"""
 _MODEL_REFERENCE = re.compile(r"IPY_MODEL_([0-9a-f]+)")
 
 
@@ -116,6 +120,35 @@ def kernel_options() -> dict[str, Any]:
     return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
 
 
+@contextlib.contextmanager
+def sliced_reply_polls(slice_s: float = REPLY_POLL_S) -> Iterator[None]:
+    """While inside, the kernel client waits for a message in polls of `slice_s`, up to its timeout.
+
+    A cell's reply can sit unseen on the client's socket: the kernel went idle in 27 ms, yet the client
+    woke only when its poll timed out, 120 s later (`make demo`, notebook 02, 2026-12-05; the
+    asyncio poll missed the socket's edge-triggered wakeup). A poll that ends looks at the socket
+    again, so short polls see such a reply within `slice_s`."""
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    original = AsyncZMQSocketChannel.get_msg
+
+    async def get_msg(self: Any, timeout: float | None = None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = slice_s if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await original(self, timeout=min(slice_s, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    AsyncZMQSocketChannel.get_msg = get_msg
+    try:
+        yield
+    finally:
+        AsyncZMQSocketChannel.get_msg = original
+
+
 def _execute(papermill: Any, notebook: Path, target: Path, parameters: dict[str, Any], cwd: str, timeout_s: int) -> None:
     """papermill, run again once when a cell times out or the kernel dies: the kernel sometimes never
     answers a cell (it sits idle, the cell never completes). ipykernel 7 had one such race (a request
@@ -127,11 +160,12 @@ def _execute(papermill: Any, notebook: Path, target: Path, parameters: dict[str,
 
     for attempt in (1, 2):
         try:
-            papermill.execute_notebook(
-                str(notebook), str(target), parameters=parameters, cwd=cwd,
-                kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
-                timeout_func=partial(cell_timeout, timeout_s=timeout_s), **kernel_options(),
-            )
+            with sliced_reply_polls():
+                papermill.execute_notebook(
+                    str(notebook), str(target), parameters=parameters, cwd=cwd,
+                    kernel_name="python3", progress_bar=False, execution_timeout=timeout_s,
+                    timeout_func=partial(cell_timeout, timeout_s=timeout_s), **kernel_options(),
+                )
             return
         except (CellTimeoutError, DeadKernelError, TimeoutError) as error:
             if attempt == 2:

@@ -60,7 +60,7 @@ def test_readme_and_docs_run_in_order_in_a_fresh_kernel(tmp_path):
     import papermill
     import torch
 
-    from rlfactory_nb.notebooks_run import kernel_options
+    from rlfactory_nb.notebooks_run import kernel_options, sliced_reply_polls
 
     has_gpu = torch.cuda.is_available()
     cells, sources = [], []
@@ -75,10 +75,11 @@ def test_readme_and_docs_run_in_order_in_a_fresh_kernel(tmp_path):
     source, target = tmp_path / "docs.ipynb", tmp_path / "docs-run.ipynb"
     nbformat.write(notebook, source)
     try:
-        papermill.execute_notebook(
-            str(source), str(target), cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
-            execution_timeout=900, **kernel_options(),
-        )
+        with sliced_reply_polls():
+            papermill.execute_notebook(
+                str(source), str(target), cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
+                execution_timeout=900, **kernel_options(),
+            )
     except papermill.PapermillExecutionError as error:
         executed = json.loads(target.read_text())["cells"]
         failed = next(i for i, cell in enumerate(executed) if any(o["output_type"] == "error" for o in cell.get("outputs", [])))

@@ -98,3 +98,36 @@ def test_only_cells_that_wait_on_a_job_get_the_long_bound():
                 assert WAITS_FOR_JOB in cell.metadata.get("tags", []), f"{name}: {cell.source[:60]!r}"
                 waiting.append(name)
     assert waiting == ["03_train_grpo.ipynb", "03_train_grpo.ipynb"]
+
+
+async def test_the_client_looks_for_a_reply_again_every_slice_until_its_timeout():
+    """A reply that a long poll missed is seen by the next short one (notebooks_run.sliced_reply_polls)."""
+    from queue import Empty
+
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    from rlfactory_nb.notebooks_run import sliced_reply_polls
+
+    class Socket:
+        def __init__(self, ready_after: int):
+            self.polls: list[int | None] = []
+            self.ready_after = ready_after
+
+        async def poll(self, timeout_ms):
+            self.polls.append(timeout_ms)
+            return len(self.polls) > self.ready_after
+
+    channel = AsyncZMQSocketChannel.__new__(AsyncZMQSocketChannel)
+    channel.socket = Socket(ready_after=3)
+
+    async def recv():
+        return {"msg_type": "execute_reply"}
+
+    channel._recv = recv
+    with sliced_reply_polls(slice_s=0.01):
+        assert (await channel.get_msg(timeout=120))["msg_type"] == "execute_reply"
+        assert channel.socket.polls == [10, 10, 10, 10]  # four short polls, not one of 120 s
+        channel.socket = Socket(ready_after=10**6)
+        with pytest.raises(Empty):
+            await channel.get_msg(timeout=0.05)  # the caller's timeout still holds
+    assert AsyncZMQSocketChannel.get_msg is not None and "sliced" not in AsyncZMQSocketChannel.get_msg.__qualname__
