@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import re
 
 import pytest
@@ -83,9 +84,11 @@ async def test_openenv_episode_through_the_loop_wins_with_masked_tool_tokens(tok
     with OpenEnvServer(GUESS_APP) as server:
         agent = agent_for(tokenizer, ScriptedEngine(tokenizer, guess), openenv_env(server.url), max_turns=10)
         row = {"messages": [{"role": "user", "content": "Find my number."}], "reset_args": {"low": 1, "high": 100}}
-        traj = await agent.rollout(row)
+        # a secret the first guess (50) misses, so that a hint is fed back (a random one was 50 in 1 of 100 runs)
+        sample = next(s for s in (SampleId(0, 1, p, 0) for p in range(100)) if random.Random(s.reset_seed()).randint(1, 100) != 50)
+        traj = await agent.rollout(row, sample_id=sample)
     assert traj.finish_reason == "stop", traj.metadata.get("env_error")
-    assert traj.metadata["env_reward"] == 1.0
+    assert traj.metadata["env_reward"] == 1.0 and traj.num_turns > 1
     assert traj.messages[1]["content"].startswith("I picked a number between 1 and 100")  # the reset observation
     # the winning call's observation said done: the episode ended after that turn (finished()),
     # its result recorded in the turn but not fed back to the model
