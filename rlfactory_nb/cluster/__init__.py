@@ -9,7 +9,8 @@ import importlib
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["JobExistsError", "JobFailed", "TrainingJob", "launch"], "jobs"),
+    **dict.fromkeys(["JobFailed", "TrainingJob"], "jobs"),
+    **dict.fromkeys(["JobExistsError", "launch"], "launcher"),
     **dict.fromkeys(["Cluster", "ClusterResources", "NodeInfo"], "ray_cluster"),
     "RunFolder": "run_folder",
 }
