@@ -21,7 +21,8 @@ from tiny_models import random_qwen3
 
 from rlfactory_nb.errors import CheckpointError, DatasetError, RunExistsError, StorageError
 from rlfactory_nb.models.checkpoint import CHECKPOINTS, TRAINER_STATE, load_latest, save_checkpoint
-from rlfactory_nb.storage import Storage, local_copy
+from rlfactory_nb.node_cache import local_copy
+from rlfactory_nb.storage import Storage
 from rlfactory_nb.train.run_folder import JOB_FILE, LOG_FILE, METRICS_FILE, RunFolder
 from rlfactory_nb.train.run_storage import RunUpload, upload_for
 from rlfactory_nb.types import Trajectory, save_jsonl
