@@ -12,7 +12,6 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["JobFailed", "TrainingJob"], "jobs"),
     **dict.fromkeys(["JobExistsError", "launch"], "launcher"),
     **dict.fromkeys(["Cluster", "ClusterResources", "NodeInfo"], "ray_cluster"),
-    "RunFolder": "run_folder",
 }
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy table is the single list of public names
