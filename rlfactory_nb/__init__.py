@@ -51,7 +51,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["compare_policies", "compare_policies_sync"], "compare"),
     "example": "examples",
     "Cluster": "cluster.ray_cluster",
-    **dict.fromkeys(["launch", "TrainingJob"], "cluster.jobs"),
+    "launch": "cluster.launcher",
+    "TrainingJob": "cluster.jobs",
     "RolloutStepper": "widgets.stepper",
 }
 

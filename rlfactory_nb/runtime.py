@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 from rlfactory_nb._views import view_of
 from rlfactory_nb.algo.registry import loss_names, loss_reduction
 from rlfactory_nb.chat import chat_format_names, parser_names
-from rlfactory_nb.config import RewardConfig, RunConfig
+from rlfactory_nb.config import RunConfig
 from rlfactory_nb.config_schema import import_spec
+from rlfactory_nb.config_sections import RewardConfig
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row, load_rows, require_prompts
 from rlfactory_nb.engines.base import Engine, engine_kinds

@@ -10,9 +10,8 @@ are relative and use "/". Writes are whole: a reader sees the old file or the ne
 `put_folder` gets the file named `last` written last, so a reader that asks for it (a checkpoint's
 trainer_state.pt, models/checkpoint.py) never takes half a folder for a whole one.
 
-`local_copy(uri)` gives a local folder for one on storage (a checkpoint or a model that
-transformers must open from disk), downloaded into this node's cache and reused while the source's
-listing (every file's size and modification time or ETag) is the one it was copied from.
+`local_copy(uri)` (node_cache.py) gives a local folder for one on storage, downloaded into this
+node's cache.
 
 A run folder is shared, so nothing in it is trusted to be what its name says (docs/security.md; the
 local file rules live in local_files.py):
@@ -35,13 +34,10 @@ local file rules live in local_files.py):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
-import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -53,7 +49,6 @@ from rlfactory_nb.local_files import (
     check_key,
     file_kind,
     open_regular,
-    read_regular,
     walk_files,
     write_atomic,
 )
@@ -69,9 +64,6 @@ _BACKENDS = {
     "hdfs": "pyarrow",
 }
 """the package fsspec needs for a protocol, named in the error when it is missing"""
-COMPLETE = ".complete"
-"""the suffix of the file written beside a local copy once it is whole (not inside it: a checkpoint's
-digests list every file it holds); it lists the source files the copy was made from"""
 _STAMP_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "mtime", "LastModified", "last_modified", "updated", "created")
 """fields of an fsspec listing that change when an object is written again (the first found is used)"""
 
@@ -94,19 +86,6 @@ def join(location: str | Path, *parts: str) -> str | Path:
     if is_uri(location):
         return "/".join([str(location).rstrip("/"), *(p.strip("/") for p in parts)])
     return Path(location).joinpath(*parts)
-
-
-def package_cache() -> Path:
-    """The package's cache folder on this node: `$RLFACTORY_NB_CACHE`, else `$XDG_CACHE_HOME/rlfactory_nb`,
-    else `~/.cache/rlfactory_nb`. The one place that decides it (presets, the NL2SQL database and
-    storage copies all live below it)."""
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlfactory_nb"
-    return Path(os.environ.get("RLFACTORY_NB_CACHE") or default)
-
-
-def cache_root() -> Path:
-    """Where `local_copy` keeps what it downloads."""
-    return package_cache() / "storage"
 
 
 class Storage:
@@ -357,53 +336,8 @@ class Storage:
             raise StorageError(_probe_failure(self.location, step, error)) from error
 
 
-def local_copy(location: str | Path, log: Any = None) -> Path:
-    """A local folder holding what `location` holds: the folder itself when it is local (a path or a
-    file:// URI), else a copy in this node's cache. The copy is reused while the source lists the
-    same files with the same sizes and stamps (`Storage.files`); otherwise (a copy taken mid-upload,
-    a new run under the same name) it is fetched again."""
-    if not is_uri(location):
-        return Path(location)
-    store = Storage.at(location)
-    if store.local:
-        return Path(store.root)
-    source = {key: list(stamp) for key, stamp in store.files("").items()}
-    if not source:
-        raise StorageError(f"{location}: no such folder on storage (or an empty one)")
-    folder = cache_root() / hashlib.sha256(str(location).rstrip("/").encode()).hexdigest()[:24]
-    marker = folder.with_name(folder.name + COMPLETE)
-    if folder.is_dir() and _copied_from(marker) == source:
-        return folder
-    if log is not None:
-        log(f"downloading {location} to {folder}")
-    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=_ensure(folder.parent)))
-    try:
-        store.get_folder("", partial)
-        marker.unlink(missing_ok=True)
-        if folder.exists():
-            shutil.rmtree(folder)
-        partial.rename(folder)
-        write_atomic(marker, json.dumps({"location": str(location), "files": source}).encode())
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return folder
-
-
-def _copied_from(marker: Path) -> dict[str, Any] | None:
-    """The source listing a complete local copy was made from (None: no copy, or an unreadable mark)."""
-    try:
-        return json.loads(read_regular(marker, 64 * 1024 * 1024)).get("files")
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return None
-
-
 def _article(kind: str) -> str:
     return kind if kind.startswith("a ") else {"link": "a symbolic link"}.get(kind, f"a {kind}")
-
-
-def _ensure(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import time
 import pytest
 
 import rlfactory_nb as rf
-from rlfactory_nb.cluster import jobs
+from rlfactory_nb.cluster import launcher
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.errors import ConfigError, DatasetError, RewardLoadError, RLFactoryError
 from rlfactory_nb.models.policy import Policy
@@ -44,7 +44,7 @@ def nothing_starts(monkeypatch):
         raise AssertionError("a model loaded or Ray started before the config's names were resolved")
 
     monkeypatch.setattr(Policy, "load", refuse)
-    monkeypatch.setattr(jobs.Cluster, "connect", refuse)
+    monkeypatch.setattr(launcher.Cluster, "connect", refuse)
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))

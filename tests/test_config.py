@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from rlfactory_nb.config import ConfigError, GRPOConfig, RunConfig
+from rlfactory_nb.config import ConfigError, RunConfig
+from rlfactory_nb.config_grpo import GRPOConfig
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "calculator" / "config.yaml"
 

@@ -4,7 +4,8 @@ import dataclasses
 import typing
 from pathlib import Path
 
-from rlfactory_nb.config import PATH_KEYS, JudgeConfig, RewardConfig, RunConfig, ToolsConfig, config_paths
+from rlfactory_nb.config import PATH_KEYS, RunConfig, config_paths
+from rlfactory_nb.config_sections import JudgeConfig, RewardConfig, ToolsConfig
 
 NOT_PATHS = {
     "name", "wandb_project", "samples_per_step",

@@ -26,11 +26,12 @@ def test_a_stale_quote_is_found_and_rewritten():
 
 def test_the_step_count_is_not_called_optimizer_steps():
     """grpo.steps counts training steps; with the defaults one makes 4 optimizer steps."""
-    from rlfactory_nb.config import DEFAULTS, GRPOConfig
+    from rlfactory_nb.config import DEFAULTS
+    from rlfactory_nb.config_grpo import GRPOConfig
 
     grpo = DEFAULTS.grpo
     optimizer_steps = grpo.ppo_epochs * -(-grpo.prompts_per_step * grpo.group_size // grpo.mini_batch_size)
     doc = GRPOConfig.__dataclass_fields__["steps"]
     assert optimizer_steps == 4 and doc.default == grpo.steps
-    source = (ROOT / "rlfactory_nb" / "config.py").read_text(encoding="utf-8")
+    source = (ROOT / "rlfactory_nb" / "config_grpo.py").read_text(encoding="utf-8")
     assert '"""training steps (each' in source and "(4 with the defaults)" in source

@@ -9,9 +9,9 @@ import importlib
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["JobExistsError", "JobFailed", "TrainingJob", "launch"], "jobs"),
+    **dict.fromkeys(["JobFailed", "TrainingJob"], "jobs"),
+    **dict.fromkeys(["JobExistsError", "launch"], "launcher"),
     **dict.fromkeys(["Cluster", "ClusterResources", "NodeInfo"], "ray_cluster"),
-    "RunFolder": "run_folder",
 }
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazy table is the single list of public names

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from rlfactory_nb.config import ClusterConfig
+from rlfactory_nb.config_cluster import ClusterConfig
 from rlfactory_nb.errors import ConfigError, InsufficientResources
 
 PLACEMENT_TIMEOUT_S = 120.0

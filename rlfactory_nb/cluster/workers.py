@@ -38,7 +38,8 @@ from rlfactory_nb.cluster.engine_actor import EngineActor, actor_device, run_eng
 from rlfactory_nb.cluster.engines import ClusterEngine, start_engine
 from rlfactory_nb.cluster.placement import Placement, locate, reserve
 from rlfactory_nb.cluster.ray_cluster import join, start_local
-from rlfactory_nb.config import ClusterConfig, RunConfig
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config_cluster import ClusterConfig
 from rlfactory_nb.engines import engine_traits, weight_sync
 from rlfactory_nb.engines.build import build_model, cpu_state
 from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec

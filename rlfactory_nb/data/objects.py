@@ -44,18 +44,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import inspect
 import json
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle  # the pickler Ray uses (it vendors a copy), without importing Ray here
 
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.data.pickling import pickled_by_value, transfer_problem
 from rlfactory_nb.data.readable import keep_source, own_name, readable_source, source_listing, user_modules
 from rlfactory_nb.data.rows import Row, load_rows
 from rlfactory_nb.data.signing import (
@@ -216,19 +215,19 @@ class RunObjects:
         cannot travel."""
         for _, function in [*self.functions(), *self._other_code()]:  # the source travels with it: another kernel cannot find it
             keep_source(function)
-        with _by_value(user_modules(function for _, function in self.functions())):
+        with pickled_by_value(user_modules(function for _, function in self.functions())):
             parts = [*self.functions(), ("train_data", self.train_data), ("eval_data", self.eval_data)]
             for label, value in parts:
                 try:
                     cloudpickle.dumps(value)
                 except Exception as error:
-                    raise ObjectTransferError(_explain(label, value, error)) from error
+                    raise ObjectTransferError(transfer_problem(label, value, error)) from error
             if self.tools is not None:
                 for server in self.tools.servers:
                     try:
                         cloudpickle.dumps(server)
                     except Exception as error:
-                        raise ObjectTransferError(_explain(f"tool server {server.name!r}", server, error)) from error
+                        raise ObjectTransferError(transfer_problem(f"tool server {server.name!r}", server, error)) from error
             return cloudpickle.dumps(self)
 
     @staticmethod
@@ -373,42 +372,3 @@ def _named_by(config: RunConfig | None) -> dict[str, Any] | None:
 def _shown(named: dict[str, Any], field_name: str) -> str:
     value = named.get(field_name)
     return repr(value[0] if field_name == "reward" and isinstance(value, list) else value)
-
-
-def _explain(label: str, value: Any, error: Exception) -> str:
-    culprit = _culprit(value)
-    return (
-        f"{label} cannot travel to the cluster: pickling it failed ({type(error).__name__}: {error}).{culprit} "
-        "A function is sent with everything it refers to (globals, closure variables, defaults), and open "
-        "files, locks, sockets and clients cannot be sent: create them inside the function (or on its first "
-        "call), then launch again."
-    )
-
-
-def _culprit(value: Any) -> str:
-    """` It refers to 'log' (a TextIOWrapper), which cannot be pickled.`, when one variable is to blame."""
-    target = getattr(value, "fn", value)
-    if not inspect.isfunction(target):
-        return ""
-    variables = inspect.getclosurevars(target)
-    named = {**variables.nonlocals, **variables.globals}
-    named.update({f"default #{i}": v for i, v in enumerate(target.__defaults__ or ())})
-    for name, item in named.items():
-        if inspect.ismodule(item):
-            continue
-        try:
-            cloudpickle.dumps(item)
-        except Exception:  # noqa: BLE001
-            return f" It refers to {name!r} (a {type(item).__name__}), which cannot be pickled."
-    return ""
-
-
-@contextlib.contextmanager
-def _by_value(modules: list[ModuleType]) -> Iterator[None]:
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        yield
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)

@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rlfactory_nb.engines.chat_client import ChatClient, ChatSettings, chat_client
+from rlfactory_nb.engines.chat_client import chat_client
+from rlfactory_nb.engines.chat_types import ChatClient, ChatSettings
 from rlfactory_nb.envs.base import Environment, Response
 from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.rollout.seeds import request_seed

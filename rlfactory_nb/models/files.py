@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rlfactory_nb.models.node import NO_PRESET_BUILD, ModelFilesError, node_name
-from rlfactory_nb.storage import is_uri, local_copy
+from rlfactory_nb.node_cache import local_copy
+from rlfactory_nb.storage import is_uri
 
 __all__ = [
     "NO_PRESET_BUILD", "ModelDigest", "ModelFilesError", "local_model_digest", "model_digest", "model_folder", "node_name",
@@ -65,7 +66,7 @@ def model_folder(name: str | Path, log: Callable[[str], None] = print, check_hub
     text = str(name)
     if text in presets.PRESETS:
         return presets.preset_path(text, log=log)
-    if is_uri(text):  # a checkpoint or model on storage (a run's output_dir): fetched into the node's cache (storage.local_copy)
+    if is_uri(text):  # a checkpoint or model on storage (a run's output_dir): fetched into the node's cache (node_cache.local_copy)
         return _checked_folder(local_copy(text, log=log))
     path = Path(text).expanduser()
     if path.exists() or path.is_absolute() or text.startswith((".", "~")) or _looks_like_a_path(text):

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any, Self
 
 from rlfactory_nb._threads import in_thread
-from rlfactory_nb.config import JudgeConfig
+from rlfactory_nb.config_sections import JudgeConfig
 from rlfactory_nb.engines.base import Engine
-from rlfactory_nb.engines.chat_client import ChatReply, ChatSettings, ChatUsage, chat_client, max_duration_s
+from rlfactory_nb.engines.chat_client import chat_client, max_duration_s
+from rlfactory_nb.engines.chat_types import ChatReply, ChatSettings, ChatUsage
 from rlfactory_nb.errors import ChatError, JudgeError, JudgeParseError, SampleError
 from rlfactory_nb.rewards.judge_prompts import (
     DEFAULT_GROUP_PROMPT,

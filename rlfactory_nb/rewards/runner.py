@@ -38,7 +38,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from rlfactory_nb._async import run_sync
 from rlfactory_nb._threads import in_thread
-from rlfactory_nb.config import RewardConfig
+from rlfactory_nb.config_sections import RewardConfig
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError, EngineActorDied, RewardError
 from rlfactory_nb.rewards.loading import load_reward
 from rlfactory_nb.rewards.values import (

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlfactory_nb.engines.base import Engine
-from rlfactory_nb.engines.chat_client import ChatSettings, chat_client
+from rlfactory_nb.engines.chat_client import chat_client
+from rlfactory_nb.engines.chat_types import ChatSettings
 from rlfactory_nb.errors import ConfigError, ServerUnavailable
 from rlfactory_nb.tools.python import PythonTool, ToolReply
 from rlfactory_nb.types import Message, Sample, Trajectory

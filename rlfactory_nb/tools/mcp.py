@@ -27,50 +27,34 @@ its handshake would cost every retry, and every call queued meanwhile, the full 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 
 import anyio
 import anyio.abc
-import pydantic_core
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp.types import CONNECTION_CLOSED, PaginatedRequestParams
+from mcp.types import CONNECTION_CLOSED
 
 from rlfactory_nb.errors import HandshakeError, ServerStartError, ServerUnavailable
 from rlfactory_nb.tools.config import ServerConfig, python_command
-from rlfactory_nb.tools.validate import InvalidArguments
+from rlfactory_nb.tools.mcp_protocol import (
+    CallOutcome,
+    RemoteTool,
+    check_sendable,
+    content_text,
+    http_transport,
+    list_tools,
+    one_line,
+)
 
 logger = logging.getLogger(__name__)
 
 State = Literal["stopped", "starting", "running", "restarting", "failed"]
-
-
-@dataclass(frozen=True)
-class RemoteTool:
-    """A tool as the server lists it."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CallOutcome:
-    """What the server answered: `is_error` is the server's own verdict (a tool error, not a crash)."""
-
-    is_error: bool
-    text: str
-    details: dict[str, Any] | None = None
-    """`ToolResult.details` (a Python tool's ToolReply; an MCP server gives none)"""
 
 
 @dataclass
@@ -151,7 +135,7 @@ class MCPConnection:
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallOutcome:
         """Call `tool` on the server. Cancel the awaiting task (e.g. a timeout) to cancel the call.
         Raises InvalidArguments, before the session sees them, for arguments it could not send."""
-        _check_sendable(arguments)
+        check_sendable(arguments)
         if self._queue is None or self._supervisor is None or self._supervisor.done():
             # once the supervisor is done nobody would answer the queue: fail now instead of hanging
             raise ServerUnavailable(
@@ -198,7 +182,7 @@ class MCPConnection:
                         return
                     self._last_error = "closed the connection (it crashed or exited)"
                 except Exception as exc:  # noqa: BLE001 - any failure to start is reported as data
-                    self._last_error = f"failed to start: {_flatten(exc)}"
+                    self._last_error = f"failed to start: {one_line(exc)}"
                     first_start = not first_ready.done()
                     if first_start:
                         first_ready.set_exception(ServerStartError(self._with_stderr(self._last_error)))
@@ -242,7 +226,7 @@ class MCPConnection:
         try:
             with anyio.fail_after(self.start_timeout_s):
                 await session.initialize()
-                return await _list_tools(session)
+                return await list_tools(session)
         except TimeoutError:
             raise HandshakeError(
                 f"did not initialize and list its tools within start_timeout_s={self.start_timeout_s:g} s"
@@ -262,7 +246,7 @@ class MCPConnection:
             )
             return stdio_client(params, errlog=self._stderr)
         assert config.url is not None
-        return _http_transport(config.url, dict(config.headers))
+        return http_transport(config.url, dict(config.headers))
 
     async def _serve(self, session: ClientSession, group: anyio.abc.TaskGroup, generation: int) -> bool:
         assert self._queue is not None
@@ -302,7 +286,7 @@ class MCPConnection:
         except Exception as exc:  # noqa: BLE001 - the transport failed under this call
             if not future.done():
                 future.set_exception(
-                    ServerUnavailable(self._describe(f"failed during the call: {_flatten(exc)}"))
+                    ServerUnavailable(self._describe(f"failed during the call: {one_line(exc)}"))
                 )
         finally:
             if not future.done():
@@ -383,62 +367,8 @@ class MCPConnection:
         return text + (f"\n--- its stderr ends with ---\n{tail}" if tail else "")
 
 
-@asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """Streamable HTTP with our headers; the SDK leaves a client it was given open, so close it here."""
-    async with (
-        create_mcp_http_client(headers=headers) as client,
-        streamable_http_client(url, http_client=client) as streams,
-    ):
-        yield streams
-
-
-def _check_sendable(arguments: dict[str, Any]) -> None:
-    """Serialise `arguments` as the SDK will. It does so in its transport's writer task, where a
-    failure (a lone surrogate in model text) ends the session like a crash: every call in flight
-    fails, and the server is restarted until it is marked failed."""
-    try:
-        pydantic_core.to_json(arguments)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidArguments(f"the arguments cannot be sent to the server: {_flatten(exc)}") from None
-
-
-async def _list_tools(session: ClientSession) -> list[RemoteTool]:
-    tools: list[RemoteTool] = []
-    cursor: str | None = None
-    while True:
-        page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
-        tools += [RemoteTool(t.name, t.description or "", dict(t.input_schema)) for t in page.tools]
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
-
-
-def content_text(content: list[Any], structured: dict[str, Any] | None = None) -> str:
-    """The text the model reads from MCP content blocks (non-text blocks are named, not dropped)."""
-    parts = []
-    for block in content:
-        kind = getattr(block, "type", "")
-        if kind == "text":
-            parts.append(block.text)
-        elif kind == "resource" and hasattr(block.resource, "text"):
-            parts.append(block.resource.text)
-        else:
-            parts.append(f"[{kind or 'unknown'} content: {getattr(block, 'mime_type', '') or 'not shown'}]")
-    if not parts and structured is not None:
-        return json.dumps(structured, ensure_ascii=False)
-    return "\n".join(parts)
-
-
 def _is_handshake_failure(exc: BaseException) -> bool:
     """Whether `exc`, or any exception in the groups anyio wraps it in, is a HandshakeError."""
     if isinstance(exc, BaseExceptionGroup):
         return any(_is_handshake_failure(inner) for inner in exc.exceptions)
     return isinstance(exc, HandshakeError)
-
-
-def _flatten(exc: BaseException) -> str:
-    """One line for an exception, looking inside the exception groups anyio raises."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -18,9 +18,7 @@ import logging
 import os
 import socket
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -33,37 +31,20 @@ from rlfactory_nb.tools.cache import Recorded, SharedCache, ToolCache, cache_key
 from rlfactory_nb.tools.config import (
     FunctionConfig,
     ServerConfig,
-    ToolOptions,
     ToolSetSettings,
     ToolsFile,
     load_tools_config,
 )
-from rlfactory_nb.tools.mcp import CallOutcome, MCPConnection, RemoteTool, ServerStartError, ServerUnavailable
-from rlfactory_nb.tools.python import PythonTool, as_python_tool
+from rlfactory_nb.tools.mcp import MCPConnection, ServerStartError, ServerUnavailable
+from rlfactory_nb.tools.mcp_protocol import RemoteTool
+from rlfactory_nb.tools.python import PythonTool
+from rlfactory_nb.tools.tool_table import ToolEntry, function_entry, tool_table
 from rlfactory_nb.types import ToolCall, ToolResult, ToolSpec
 
 logger = logging.getLogger(__name__)
 
-PYTHON_SOURCE = "python"
-"""the `server` of tools that are Python functions"""
-
-Invoke = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
-"""how a tool is called: (name on its server, arguments) -> outcome"""
 Found = tuple[Recorded, bool, bool] | None
 """what one lookup-or-call yields: (outcome, cacheable, cached); None: replay found no record"""
-
-
-@dataclass
-class _Tool:
-    """One callable tool, as resolved at start."""
-
-    spec: ToolSpec
-    """the spec the model sees (its `name` is the exposed name)"""
-    qualified: str
-    remote_name: str
-    options: ToolOptions
-    invoke: Invoke
-    semaphore: asyncio.Semaphore | None
 
 
 class ToolSet:
@@ -86,9 +67,9 @@ class ToolSet:
             )
             for s in servers
         }
-        self._functions = [_function_entry(f, i) for i, f in enumerate(functions)]
+        self._functions = [function_entry(f, i) for i, f in enumerate(functions)]
         self.cache = _make_cache(settings, shared_cache)
-        self._tools: dict[str, _Tool] = {}
+        self._tools: dict[str, ToolEntry] = {}
         self._exposed: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._global_limit: asyncio.Semaphore | None = None
@@ -137,7 +118,7 @@ class ToolSet:
                 return self
             listings = await self._start_servers()
             try:
-                self._resolve_tools(listings)
+                self._tools, self._exposed = tool_table(listings, self.connections, self._functions, self.settings)
             except ConfigError:
                 await self.stop()
                 raise
@@ -214,7 +195,7 @@ class ToolSet:
         return run_sync(self.call_many(calls))
 
     async def _call_checked(
-        self, name: str, entry: _Tool, args: dict[str, Any], started_at: float
+        self, name: str, entry: ToolEntry, args: dict[str, Any], started_at: float
     ) -> ToolResult:
         use_cache = self.cache is not None and (
             self.settings.replay or (self.settings.cache and entry.options.cache is not False)
@@ -248,7 +229,7 @@ class ToolSet:
             self.cache.put(entry.qualified, args, outcome)
         return self._result(name, outcome, started_at, cached=cached)
 
-    async def _shared_or_invoke(self, entry: _Tool, args: dict[str, Any], use_cache: bool) -> Found:
+    async def _shared_or_invoke(self, entry: ToolEntry, args: dict[str, Any], use_cache: bool) -> Found:
         """After a local miss: the shared cache tier's outcome, else (in replay: None) a real call's."""
         if use_cache and (hit := await self.cache.get_shared(entry.qualified, args)) is not None:
             return hit, False, True
@@ -257,7 +238,7 @@ class ToolSet:
         outcome, cacheable = await self._invoke_limited(entry, args)
         return outcome, cacheable, False
 
-    async def _invoke_limited(self, entry: _Tool, args: dict[str, Any]) -> tuple[Recorded, bool]:
+    async def _invoke_limited(self, entry: ToolEntry, args: dict[str, Any]) -> tuple[Recorded, bool]:
         """(outcome with the full text, cacheable) of one real call, under the concurrency limits and the timeout.
         Waiting for a slot does not count against the timeout."""
         assert self._global_limit is not None
@@ -267,7 +248,7 @@ class ToolSet:
             async with entry.semaphore:
                 return await self._invoke(entry, args)
 
-    async def _invoke(self, entry: _Tool, args: dict[str, Any]) -> tuple[Recorded, bool]:
+    async def _invoke(self, entry: ToolEntry, args: dict[str, Any]) -> tuple[Recorded, bool]:
         timeout_s = entry.options.timeout_s
         try:
             async with asyncio.timeout(timeout_s):
@@ -303,34 +284,6 @@ class ToolSet:
             where = f"tool servers failed to start on node {socket.gethostname()} (pid {os.getpid()}):"
             raise ServerStartError("\n".join([where, *(str(f) for f in failures)]))
         return dict(zip(names, outcomes))
-
-    def _resolve_tools(self, listings: dict[str, list[RemoteTool]]) -> None:
-        """Build the tool table: short names where unique, `source.tool` always (see module docstring)."""
-        problems: list[str] = []
-        found: list[tuple[str, RemoteTool | PythonTool, ToolOptions, Invoke]] = []
-        for server, tools in listings.items():
-            config = self.connections[server].config
-            _check_named_tools(config, {t.name for t in tools}, problems)
-            enabled = [t for t in tools if config.enabled is None or t.name in config.enabled]
-            found += [
-                (server, t, config.tool_options(t.name), self.connections[server].call) for t in enabled
-            ]
-        found += [(PYTHON_SOURCE, fn, options, _python_invoke(fn)) for fn, options in self._functions]
-        if problems:
-            raise ConfigError(problems, "tools config")
-        counts = Counter(t.name for _, t, _, _ in found)
-        defaults = ToolOptions(timeout_s=self.settings.timeout_s, cache=self.settings.cache)
-        self._tools, self._exposed = {}, []
-        for source, t, options, invoke in found:
-            qualified = f"{source}.{t.name}"
-            exposed = t.name if counts[t.name] == 1 else qualified
-            options = options.merged_over(defaults)
-            spec = ToolSpec(exposed, options.description or t.description, t.input_schema, server=source)
-            limit = asyncio.Semaphore(options.max_concurrency) if options.max_concurrency else None
-            self._tools[exposed] = self._tools[qualified] = _Tool(
-                spec, qualified, t.name, options, invoke, limit
-            )
-            self._exposed.append(exposed)
 
     def _unknown_message(self, name: str) -> str:
         close = difflib.get_close_matches(name, self._exposed, n=1)
@@ -370,37 +323,6 @@ def checked_settings(base: ToolSetSettings, settings: Mapping[str, Any]) -> Tool
     if not settings:
         return base
     return load_tools_config({"settings": {**dataclasses.asdict(base), **settings}}).settings
-
-
-def _function_entry(
-    item: FunctionConfig | PythonTool | Callable[..., Any], index: int
-) -> tuple[PythonTool, ToolOptions]:
-    config = item if isinstance(item, FunctionConfig) else FunctionConfig(target=item)
-    try:
-        fn = as_python_tool(config.target, name=config.name, description=config.options.description)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError([f"functions[{index}]: {exc}"], "tools config") from exc
-    return fn, config.options
-
-
-def _python_invoke(fn: PythonTool) -> Invoke:
-    async def invoke(_name: str, arguments: dict[str, Any]) -> CallOutcome:
-        reply = await fn.run(arguments)
-        return CallOutcome(False, reply.text, reply.details or None)
-
-    return invoke
-
-
-def _check_named_tools(config: ServerConfig, offered: set[str], problems: list[str]) -> None:
-    """Tools named in `enabled` or `tools:` must exist on the server: a typo there is silent otherwise."""
-    for where, names in (("enabled", config.enabled or ()), ("tools", tuple(config.tools))):
-        for tool_name in names:
-            if tool_name not in offered:
-                close = difflib.get_close_matches(tool_name, sorted(offered), n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"it offers: {', '.join(sorted(offered))}"
-                problems.append(
-                    f"server '{config.name}'.{where}: the server has no tool '{tool_name}'; {hint}"
-                )
 
 
 def _make_cache(settings: ToolSetSettings, shared: SharedCache | None) -> ToolCache | None:

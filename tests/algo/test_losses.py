@@ -6,7 +6,7 @@ import torch
 from rlfactory_nb.algo import losses, registry
 from rlfactory_nb.algo.losses import importance_ratio, kl_penalty, masked_entropy, masked_mean
 from rlfactory_nb.algo.registry import LossArgs, get_loss, loss_names, register_loss
-from rlfactory_nb.config import GRPOConfig
+from rlfactory_nb.config_grpo import GRPOConfig
 
 ARGS = LossArgs(clip_low=0.2, clip_high=0.28)
 LOSSES = ["grpo", "dapo", "dr_grpo"]

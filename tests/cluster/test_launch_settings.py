@@ -3,7 +3,7 @@
 import pytest
 
 import rlfactory_nb as rf
-from rlfactory_nb.cluster import jobs
+from rlfactory_nb.cluster import launcher
 from rlfactory_nb.config import RunConfig
 
 
@@ -15,7 +15,7 @@ def test_launch_starts_its_local_ray_with_the_configured_object_store(monkeypatc
     def connect(address=None, **options):
         raise Connected(address, options)
 
-    monkeypatch.setattr(jobs.Cluster, "connect", connect)
+    monkeypatch.setattr(launcher.Cluster, "connect", connect)
     cfg = RunConfig.from_dict({"name": "store", "output_dir": str(tmp_path), "cluster": {"object_store_memory_gb": 3.5}})
     with pytest.raises(Connected) as asked:
         rf.launch(cfg)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlfactory_nb.cluster import JobFailed, launch
-from rlfactory_nb.cluster import jobs as jobs_module
+from rlfactory_nb.cluster import JobFailed, launch, launcher
 from rlfactory_nb.cluster.shipping import runtime_env
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.models import presets
@@ -96,7 +95,7 @@ def test_job_from_notebooks_trains_the_kernels_preset_without_a_build(cluster, t
 def test_another_model_fails_the_job_before_step_1(cluster, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT / "notebooks")
     other = ModelDigest(weights="0" * 64, tokenizer=local_model_digest("tiny-calculator").tokenizer)
-    monkeypatch.setattr(jobs_module, "local_model_digest", lambda name: other)
+    monkeypatch.setattr(launcher, "local_model_digest", lambda name: other)
     job = launch(one_step_config(tmp_path, "mismatch"), cluster, linger_s=5)
     with pytest.raises(JobFailed, match="not the one the kernel loaded: its weights differ"):
         job.wait(timeout_s=300)

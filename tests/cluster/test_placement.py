@@ -12,7 +12,8 @@ from rlfactory_nb.cluster.placement import (
     plan_groups,
     unplaceable,
 )
-from rlfactory_nb.config import ClusterConfig, RunConfig
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config_cluster import ClusterConfig
 from rlfactory_nb.errors import ConfigError
 
 # ------------------------------------------------------------------ pure: plans, errors, the record

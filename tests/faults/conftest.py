@@ -2,6 +2,8 @@
 an OpenAI-compatible stub for the judge. Each fault is injected for real (a killed process, a
 hanging server, a full disk) wherever the machine allows it."""
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,23 @@ CALL = '<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
 def server_entry(name: str = "testing", **extra) -> dict:
     """A tools-config entry that starts tests/tools/servers/test_server.py over stdio."""
     return {"name": name, "command": "python", "args": [str(TEST_SERVER)], **extra}
+
+
+def finishes(call: Callable[[], object], timeout_s: float = 10.0) -> tuple[bool, object]:
+    """Run `call` in a thread; (finished, result or exception). A reader blocked on a FIFO never
+    finishes: the test fails instead of hanging (the FIFO's writer end is opened at cleanup)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = call()
+        except BaseException as error:  # noqa: BLE001  (handed to the test)
+            box["result"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return not thread.is_alive(), box.get("result")
 
 
 @pytest.fixture(scope="session")

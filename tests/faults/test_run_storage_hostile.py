@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import threading
 import tracemalloc
 import uuid
 from pathlib import Path
@@ -21,10 +20,13 @@ from tiny_models import random_qwen3
 
 from rlfactory_nb.errors import CheckpointError, DatasetError, RunExistsError, StorageError
 from rlfactory_nb.models.checkpoint import CHECKPOINTS, TRAINER_STATE, load_latest, save_checkpoint
-from rlfactory_nb.storage import Storage, local_copy
+from rlfactory_nb.node_cache import local_copy
+from rlfactory_nb.storage import Storage
 from rlfactory_nb.train.run_folder import JOB_FILE, LOG_FILE, METRICS_FILE, RunFolder
 from rlfactory_nb.train.run_storage import RunUpload, upload_for
 from rlfactory_nb.types import Trajectory, save_jsonl
+
+from .conftest import finishes
 
 pytestmark = pytest.mark.timeout(300)
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for the shared folder"
@@ -39,23 +41,6 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def memory_uri(path: str = "run") -> str:
     return f"memory://{uuid.uuid4().hex}/{path}"
-
-
-def finishes(call, timeout_s: float = 10.0):
-    """Run `call` in a thread; (finished, result or exception). A reader blocked on a FIFO never
-    finishes: the test fails instead of hanging (the FIFO's writer end is opened at cleanup)."""
-    box: dict = {}
-
-    def target():
-        try:
-            box["result"] = call()
-        except BaseException as error:  # noqa: BLE001  (handed to the test)
-            box["result"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return not thread.is_alive(), box.get("result")
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import os
 import socket
 import stat
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,25 +25,11 @@ from rlfactory_nb.errors import StorageError
 from rlfactory_nb.train.run_folder import JOB_FILE, LOG_FILE, METRICS_FILE, RunFolder, trajectory_file
 from rlfactory_nb.train.run_storage import RunUpload, upload_for
 
+from .conftest import finishes
+
 pytestmark = pytest.mark.timeout(120)
 UNUSED_DEVICE = os.makedev(240, 0)
 """a character device number reserved for local use: no driver answers it, so open() gives ENXIO"""
-
-
-def finishes(call: Callable[[], object], timeout_s: float = 10.0) -> tuple[bool, object]:
-    """Run `call` in a thread; (finished, its result or exception)."""
-    box: dict = {}
-
-    def target():
-        try:
-            box["result"] = call()
-        except BaseException as error:  # noqa: BLE001  (handed to the test)
-            box["result"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return not thread.is_alive(), box.get("result")
 
 
 @pytest.fixture

@@ -228,7 +228,7 @@ ray.shutdown()
     "start",
     [
         "from rlfactory_nb.cluster import Cluster; Cluster.connect(num_cpus=1, object_store_memory_gb=0.1)",
-        "from rlfactory_nb.config import ClusterConfig; from rlfactory_nb.cluster.workers import init_ray;"
+        "from rlfactory_nb.config_cluster import ClusterConfig; from rlfactory_nb.cluster.workers import init_ray;"
         + " init_ray(ClusterConfig(object_store_memory_gb=0.1))",
     ],
     ids=["Cluster.connect", "init_ray"],

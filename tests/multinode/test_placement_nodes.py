@@ -7,7 +7,7 @@ import time
 import pytest
 
 from rlfactory_nb.cluster.placement import locate, reserve
-from rlfactory_nb.config import ClusterConfig
+from rlfactory_nb.config_cluster import ClusterConfig
 from rlfactory_nb.errors import InsufficientResources
 
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from rlfactory_nb.config import RewardConfig
+from rlfactory_nb.config_sections import RewardConfig
 from rlfactory_nb.rewards import RewardRunner, exact_match, make_sample
 
 SAMPLES = [make_sample(f"<answer>{i}</answer>", ground_truth="1", id=f"s{i}") for i in range(8)]

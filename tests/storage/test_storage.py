@@ -11,7 +11,8 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from rlfactory_nb.errors import StorageError
-from rlfactory_nb.storage import COMPLETE, Storage, cache_root, local_copy
+from rlfactory_nb.node_cache import COMPLETE, cache_root, local_copy
+from rlfactory_nb.storage import Storage
 
 
 @pytest.fixture(params=["path", "file", "memory"])
@@ -125,8 +126,8 @@ def test_local_copy_downloads_once_and_refetches_a_changed_or_cut_copy(tmp_path,
 def test_the_cache_folder_honours_rlfactory_nb_cache(tmp_path, monkeypatch):
     """One cache-folder function (issue #40 item 6): storage copies, presets and the NL2SQL database."""
     from rlfactory_nb.models.presets import cache_dir as presets_cache
+    from rlfactory_nb.node_cache import package_cache
     from rlfactory_nb.recipes.nl2sql.database import cache_dir as nl2sql_cache
-    from rlfactory_nb.storage import package_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("RLFACTORY_NB_CACHE", str(tmp_path / "mine"))

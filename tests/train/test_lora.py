@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlfactory_nb.config import ConfigError, LoraConfig
+from rlfactory_nb.config import ConfigError
+from rlfactory_nb.config_sections import LoraConfig
 from rlfactory_nb.models import lora
 from rlfactory_nb.models.checkpoint import CheckpointError, load_latest
 from rlfactory_nb.models.export import export

@@ -10,7 +10,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from rlfactory_nb.algo.registry import LossArgs, loss_names
-from rlfactory_nb.config import LoraConfig
+from rlfactory_nb.config_sections import LoraConfig
 from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.models.packed_attention import PACKED_SDPA
 from rlfactory_nb.models.precision import Precision

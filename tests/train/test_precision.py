@@ -9,7 +9,8 @@ import warnings
 import pytest
 import torch
 
-from rlfactory_nb.config import ConfigError, ModelConfig
+from rlfactory_nb.config import ConfigError
+from rlfactory_nb.config_sections import ModelConfig
 from rlfactory_nb.models.precision import Precision
 from rlfactory_nb.train.loop import Trainer
 from rlfactory_nb.train.trainable import TrainingSetup

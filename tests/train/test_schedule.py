@@ -7,7 +7,8 @@ from typing import get_args, get_type_hints
 import pytest
 import torch
 
-from rlfactory_nb.config import ConfigError, GRPOConfig, RunConfig
+from rlfactory_nb.config import ConfigError, RunConfig
+from rlfactory_nb.config_grpo import GRPOConfig
 from rlfactory_nb.models.checkpoint import load_latest
 from rlfactory_nb.train.loop import train
 from rlfactory_nb.train.metrics import read_metrics

@@ -7,14 +7,8 @@ import ipywidgets
 from rlfactory_nb.cluster.jobs import TrainingJob
 from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.types import Trajectory, save_jsonl
-from rlfactory_nb.widgets.dashboard import (
-    PANELS,
-    TrainingDashboard,
-    label,
-    panel_chart,
-    panel_series,
-    step_tick,
-)
+from rlfactory_nb.widgets.dashboard import TrainingDashboard
+from rlfactory_nb.widgets.dashboard_panels import PANELS, label, panel_chart, panel_series, step_tick
 from rlfactory_nb.widgets.static import svg_chart
 
 
@@ -99,7 +93,7 @@ def test_asynchrony_panels_keep_steps_and_shares_apart_and_say_when_a_run_is_syn
 def test_every_axis_fits_its_data_from_zero_and_says_step():
     """A constant learning rate of 3e-4 spans its axis (the live one ran from -0.5 to 1); a count never
     dips below 0."""
-    from rlfactory_nb.widgets.dashboard import axis_range
+    from rlfactory_nb.widgets.dashboard_panels import axis_range
 
     (lr,) = [panel for panel in PANELS if panel.title == "learning rate"]
     assert axis_range(lr, {"train/lr": ([1, 2, 3], [3e-4] * 3)}) == (0.0, 3e-4 * 1.08)

@@ -28,7 +28,7 @@ from rlfactory_nb.models.presets import calculator, guess
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
 from rlfactory_nb.models.presets.warmstart import WarmStartConfig, save_build, warm_start
-from rlfactory_nb.storage import package_cache
+from rlfactory_nb.node_cache import package_cache
 
 PRESETS = ("tiny-calculator", "tiny-guess")
 """tiny-guess is tiny-calculator warm-started on the guessing game (guess.py)"""
@@ -38,7 +38,7 @@ RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), n
 
 
 def cache_dir() -> Path:
-    """The package cache (`rlfactory_nb.storage.package_cache`: `$RLFACTORY_NB_CACHE` first)."""
+    """The package cache (`rlfactory_nb.node_cache.package_cache`: `$RLFACTORY_NB_CACHE` first)."""
     return package_cache()
 
 

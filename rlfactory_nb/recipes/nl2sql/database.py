@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from rlfactory_nb.storage import package_cache
+from rlfactory_nb.node_cache import package_cache
 
 SCHEMA_VERSION = 1
 """bump when the schema or the generator changes: the cached file name carries it"""
@@ -44,7 +44,7 @@ NUM_ORDERS = 300
 
 
 def cache_dir() -> Path:
-    """The package cache (`rlfactory_nb.storage.package_cache`, light to import: the tool server
+    """The package cache (`rlfactory_nb.node_cache.package_cache`, light to import: the tool server
     starts without transformers)."""
     return package_cache()
 
