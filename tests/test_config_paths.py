@@ -23,6 +23,8 @@ NOT_PATHS = {
     "cluster.object_store_memory_gb", "cluster.backend", "cluster.driver_resources", "cluster.worker_resources",
     "cluster.engine_resources",
     "data.eval_size", "kernel_objects",
+    "sft.min_reward", "sft.steps", "sft.batch_size", "sft.lr", "sft.lr_schedule", "sft.warmup_steps",
+    "sft.checkpoint_every", "sft.seed", "sft.rounds", "sft.samples_per_prompt", "sft.prompts_per_round",
 }  # fmt: skip
 """every other leaf key: none names a file or folder (reward.args may, but it is the factory's business)"""
 
