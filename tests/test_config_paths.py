@@ -69,7 +69,8 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
         name="x",
         tools=ToolsConfig(config="tools.yaml"),
         reward=RewardConfig(function="rewards/mine.py:score", judge=JudgeConfig(model="judges/qwq")),
-    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve"})
+    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve",
+               "sft.data": "runs/expert"})
     found = config_paths(cfg)
     assert tuple(named.key for named in found) == PATH_KEYS
     by_key = {named.key: named for named in found}
