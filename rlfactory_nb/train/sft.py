@@ -187,12 +187,15 @@ async def sft(
     policy: Policy | None = None,
     resume: bool = False,
     on_step: StepCallback | None = None,
+    replace: bool = False,
 ) -> SFTResult:
     """Fine-tune on `data` (train/sft_data.py: trajectories, a RewardLab, conversation rows, a run
-    folder or a file; None: `sft.data`) kept by `sft.min_reward`, for `sft.steps` optimizer steps."""
+    folder or a file; None: `sft.data`) kept by `sft.min_reward`, for `sft.steps` optimizer steps.
+    `replace`: delete the run folder first and start over."""
     source = data if data is not None else cfg.sft.data
     if source is None:
         raise ConfigError(["sft.data: give data=... (trajectories, conversation rows, a RewardLab) or set sft.data"])
+    _clear(cfg, replace and not resume)
     trainer = SFTTrainer(cfg, policy)
     try:
         await trainer.start(resume=resume)
@@ -204,6 +207,11 @@ async def sft(
         return trainer.result(row or {"step": trainer.step})
     finally:
         await trainer.close()
+
+
+def _clear(cfg: RunConfig, replace: bool) -> None:
+    if replace:
+        RunFolder(cfg.run_dir).store.remove("")
 
 
 def sft_sync(cfg: RunConfig, data: Any = None, **options: Any) -> SFTResult:
@@ -222,19 +230,22 @@ async def rejection_sampling(
     policy: Policy | None = None,
     resume: bool = False,
     on_step: StepCallback | None = None,
+    replace: bool = False,
 ) -> SFTResult:
     """Expert iteration in one call: for `rounds` rounds (default `sft.rounds`), sample `k`
     (`sft.samples_per_prompt`) trajectories for each of `sft.prompts_per_round` prompts of the train
     rows with the current policy, score them with the run's reward, keep those scoring at least
     `min_reward` (`sft.min_reward`), and fine-tune on them for `sft.steps` steps. Every sampled
     trajectory is saved to the run folder with its reward (trajectories/step_*.jsonl).
-    `reward`, `tools`, `train_data`: objects from the kernel, as `rf.train_sync` takes them."""
+    `reward`, `tools`, `train_data`: objects from the kernel, as `rf.train_sync` takes them;
+    `replace`: delete the run folder first."""
     overrides = {"sft.rounds": rounds, "sft.samples_per_prompt": k, "sft.min_reward": min_reward}
     cfg = cfg.replace({key: value for key, value in overrides.items() if value is not None})
     if cfg.sft.min_reward is None:
         raise ConfigError(["sft.min_reward: rejection sampling keeps samples scoring at least a threshold: set one"])
     objects = RunObjects.of(reward, tools, train_data)
     check_names(cfg, objects, resume)
+    _clear(cfg, replace and not resume)
     trainer = SFTTrainer(cfg, policy, rounds=cfg.sft.rounds)
     runtime = Runtime.from_config(cfg, objects)
     summaries: list[dict[str, float]] = []
