@@ -21,6 +21,8 @@ writes differently in history (`ChatFormat.rendered_as`: Llama 3.1's `<|eom_id|>
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +46,7 @@ def conversation_trajectory(
     """The rows (prompt ids, response ids, loss mask) of a conversation, as the module docstring
     assembles them; `logprobs` are 0 (no engine sampled them) and `messages` are kept as given."""
     fmt = resolve_chat_format(chat_format, tokenizer)
-    messages = [dict(message) for message in messages]
+    messages = _arguments_as_template_reads(tokenizer, [dict(message) for message in messages])
     starts = [index for index, message in enumerate(messages) if message.get("role") == "assistant"]
     if not starts or starts[0] == 0:
         raise DatasetError(
@@ -76,6 +78,55 @@ def conversation_trajectory(
         messages=messages,
         metadata={"source": "conversation", "chat_format": fmt.name},
     )
+
+
+def _arguments_as_template_reads(tokenizer: Any, messages: list[Message]) -> list[Message]:
+    """Tool-call arguments in the form the template renders as JSON: OpenAI rows carry JSON text,
+    which most templates (Hugging Face's convention) would quote again (`tojson`), while others
+    (DeepSeek's) print the text as it is and a dict as Python. The form is read off the template."""
+    wants_text = _template_wants_text(tokenizer, str(getattr(tokenizer, "chat_template", None)))
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls:
+            continue
+        converted = []
+        for call in calls:
+            function = dict(call.get("function", {}))
+            arguments = function.get("arguments")
+            if not wants_text and isinstance(arguments, str):
+                function["arguments"] = _parsed(arguments)
+            elif wants_text and isinstance(arguments, dict):
+                function["arguments"] = json.dumps(arguments, ensure_ascii=False)
+            converted.append({**call, "function": function})
+        message["tool_calls"] = converted
+    return messages
+
+
+@functools.lru_cache(maxsize=32)
+def _template_wants_text(tokenizer: Any, template: str) -> bool:
+    """Whether the template prints arguments as given, so that JSON text renders as JSON and a dict
+    fails or renders as Python (DeepSeek's); else it takes a dict (Hugging Face's convention:
+    `tojson`, or one key at a time, as Gemma 4 and GLM write them)."""
+    as_text, as_dict = (_probe(tokenizer, arguments) for arguments in ('{"probe": 1}', {"probe": 1}))
+    return '{"probe": 1}' in as_text and (as_dict == "" or "{'probe': 1}" in as_dict)
+
+
+def _probe(tokenizer: Any, arguments: Any) -> str:
+    """The render of a one-call conversation; "" when the template refuses it."""
+    call = {"id": "call00000", "type": "function", "function": {"name": "probe", "arguments": arguments}}
+    probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    try:
+        return render(tokenizer, probe)
+    except Exception:  # noqa: BLE001  (any template error: this form is not the one it reads)
+        return ""
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments  # not JSON: the template renders the text the row holds
+    return value if isinstance(value, dict) else arguments
 
 
 def _sampled_ids(

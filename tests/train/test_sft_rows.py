@@ -190,10 +190,23 @@ async def test_sft_rows_of_a_tool_trajectory_equal_its_rl_rows(family: str, thin
     assert rows.response_ids == traj.response_ids, _first_difference(tokenizer, rows.response_ids, traj.response_ids)
     assert rows.loss_mask == traj.loss_mask
 
+    # as an OpenAI row writes calls: arguments as JSON text, whatever form the family's history used
+    openai = conversation_trajectory(tokenizer, openai_form(traj.messages), tools, chat_format, enable_thinking=thinking)
+    assert (openai.response_ids, openai.loss_mask) == (traj.response_ids, traj.loss_mask)
+
     rl = build_batch([traj], [1.0], tokenizer.pad_token_id)
     for sft in (sft_batch([rows], tokenizer.pad_token_id), sft_batch([traj], tokenizer.pad_token_id)):
         assert torch.equal(sft.input_ids, rl.input_ids) and torch.equal(sft.loss_mask, rl.loss_mask)
         assert torch.equal(sft.attention_mask, rl.attention_mask)
+
+
+def openai_form(messages: list[dict]) -> list[dict]:
+    def call(entry: dict) -> dict:
+        arguments = entry["function"]["arguments"]
+        text = arguments if isinstance(arguments, str) else json.dumps(dict(arguments))
+        return {**entry, "function": {**entry["function"], "arguments": text}}
+
+    return [{**m, "tool_calls": [call(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages]
 
 
 def _first_difference(tokenizer: Any, ours: list[int], theirs: list[int]) -> str:
