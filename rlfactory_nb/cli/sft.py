@@ -24,7 +24,8 @@ def add_sft_parser(commands: Any, add_command: Any, deferred: Any) -> argparse.A
     sft.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.steps=20 sft.lr=1e-5")
     sft.add_argument("--resume", action="store_true", help="continue runs/<name> from its latest checkpoint")
     sft.add_argument(
-        "--rejection-sampling", action="store_true",
+        "--rejection-sampling",
+        action="store_true",
         help="sample sft.samples_per_prompt per prompt of data.train, keep those >= sft.min_reward, "
         "fine-tune; repeat for sft.rounds rounds",
     )

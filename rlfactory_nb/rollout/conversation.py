@@ -148,7 +148,12 @@ def _sampled_ids(
 
 
 def _turn_ids(
-    tokenizer: Any, fmt: ChatFormat, messages: list[Message], index: int, tools: list[dict] | None, thinking: bool
+    tokenizer: Any,
+    fmt: ChatFormat,
+    messages: list[Message],
+    index: int,
+    tools: list[dict] | None,
+    thinking: bool,
 ) -> list[int]:
     """The ids the template writes for assistant message `index` (as the last message) after the
     generation prompt. A template that rewrites the history once the turn is written (gpt-oss drops
@@ -207,4 +212,4 @@ def _next_block_stop(
 
 def _differ(before: str, upto: str) -> str:
     at = next((i for i, (a, b) in enumerate(zip(before, upto)) if a != b), min(len(before), len(upto)))
-    return f"they differ at character {at}: {before[at:at + 30]!r} vs {upto[at:at + 30]!r}"
+    return f"they differ at character {at}: {before[at : at + 30]!r} vs {upto[at : at + 30]!r}"

@@ -121,7 +121,10 @@ class SFTTrainer:
     def _load(self, name_or_path: str | Path) -> Policy:
         model = self.cfg.model
         return Policy.load(
-            name_or_path, device=model.device, dtype=model.master_dtype, trainable_adapter=True,
+            name_or_path,
+            device=model.device,
+            dtype=model.master_dtype,
+            trainable_adapter=True,
             trust_remote_code=model.trust_remote_code,
         )
 
@@ -131,7 +134,10 @@ class SFTTrainer:
         return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     async def train_on(
-        self, trajectories: list[Trajectory], until: int, extra: Mapping[str, float] | None = None,
+        self,
+        trajectories: list[Trajectory],
+        until: int,
+        extra: Mapping[str, float] | None = None,
         on_step: StepCallback | None = None,
     ) -> dict[str, Any]:
         """Optimizer steps on `trajectories` until step `until`, checkpointed every
@@ -157,8 +163,13 @@ class SFTTrainer:
 
     async def save_checkpoint(self) -> Path:
         saved = ckpt.save_checkpoint(
-            self.run_dir, self.step, await self.backend.checkpoint_model(), self.policy.tokenizer,
-            await self.backend.optimizer_state(), self.cfg, keep_last=self.cfg.grpo.keep_last,
+            self.run_dir,
+            self.step,
+            await self.backend.checkpoint_model(),
+            self.policy.tokenizer,
+            await self.backend.optimizer_state(),
+            self.cfg,
+            keep_last=self.cfg.grpo.keep_last,
         )
         self.last_checkpoint = saved.path
         return saved.path
@@ -178,7 +189,11 @@ def sft_metrics(trained: Mapping[str, float]) -> dict[str, float]:
     The engine-gap metrics are left out (SFT rows carry no engine log-probs)."""
     names = {"loss": "loss", "tokens": "tokens", "lr": "lr", "grad_norm": "grad_norm", "entropy": "entropy",
              "response_tokens_mean": "response_tokens_mean", "padding_tokens": "padding_tokens"}  # fmt: skip
-    return {f"sft/{ours}": float(trained[f"train/{theirs}"]) for ours, theirs in names.items() if f"train/{theirs}" in trained}
+    return {
+        f"sft/{ours}": float(trained[f"train/{theirs}"])
+        for ours, theirs in names.items()
+        if f"train/{theirs}" in trained
+    }
 
 
 async def sft(
@@ -194,13 +209,19 @@ async def sft(
     `replace`: delete the run folder first and start over."""
     source = data if data is not None else cfg.sft.data
     if source is None:
-        raise ConfigError(["sft.data: give data=... (trajectories, conversation rows, a RewardLab) or set sft.data"])
+        raise ConfigError(
+            ["sft.data: give data=... (trajectories, conversation rows, a RewardLab) or set sft.data"]
+        )
     _clear(cfg, replace and not resume)
     trainer = SFTTrainer(cfg, policy)
     try:
         await trainer.start(resume=resume)
         kept = sft_trajectories(
-            source, trainer.policy.tokenizer, cfg.sft.min_reward, cfg.rollout.chat_format, bool(thinking_mode(cfg))
+            source,
+            trainer.policy.tokenizer,
+            cfg.sft.min_reward,
+            cfg.rollout.chat_format,
+            bool(thinking_mode(cfg)),
         )
         log.info("%s: fine-tuning on %d of %d trajectories", cfg.name, len(kept.trajectories), kept.seen)
         row = await trainer.train_on(kept.trajectories, cfg.sft.steps, kept.metrics(), on_step)
@@ -242,7 +263,9 @@ async def rejection_sampling(
     overrides = {"sft.rounds": rounds, "sft.samples_per_prompt": k, "sft.min_reward": min_reward}
     cfg = cfg.replace({key: value for key, value in overrides.items() if value is not None})
     if cfg.sft.min_reward is None:
-        raise ConfigError(["sft.min_reward: rejection sampling keeps samples scoring at least a threshold: set one"])
+        raise ConfigError(
+            ["sft.min_reward: rejection sampling keeps samples scoring at least a threshold: set one"]
+        )
     objects = RunObjects.of(reward, tools, train_data)
     check_names(cfg, objects, resume)
     _clear(cfg, replace and not resume)
@@ -259,14 +282,22 @@ async def rejection_sampling(
             scored = await _sample_round(cfg, agent, runtime, rows, number)
             # filed under the first step they train, so each round has a file of its own
             RunFolder(trainer.run_dir).write_trajectories((number - 1) * cfg.sft.steps + 1, scored)
-            kept = [traj for traj in scored if traj.metadata["reward"] >= cfg.sft.min_reward and any(traj.loss_mask)]
+            kept = [
+                traj
+                for traj in scored
+                if traj.metadata["reward"] >= cfg.sft.min_reward and any(traj.loss_mask)
+            ]
             rewards = [traj.metadata["reward"] for traj in scored]
             summary = {"rejection/round": float(number), "rejection/sampled": float(len(scored)),
                        "rejection/kept": float(len(kept)), "rejection/reward_mean": sum(rewards) / len(rewards)}  # fmt: skip
             summaries.append(summary)
             log.info("%s: round %d kept %d of %d samples", cfg.name, number, len(kept), len(scored))
             if not kept:
-                log.warning("round %d kept no sample scoring >= %s: nothing to fine-tune on", number, cfg.sft.min_reward)
+                log.warning(
+                    "round %d kept no sample scoring >= %s: nothing to fine-tune on",
+                    number,
+                    cfg.sft.min_reward,
+                )
                 continue
             row = await trainer.train_on(kept, number * cfg.sft.steps, summary, on_step)
         return trainer.result(row, summaries)
@@ -275,7 +306,9 @@ async def rejection_sampling(
         await trainer.close()
 
 
-async def _sample_round(cfg: RunConfig, agent: Any, runtime: Runtime, rows: list[dict[str, Any]], number: int) -> list[Trajectory]:
+async def _sample_round(
+    cfg: RunConfig, agent: Any, runtime: Runtime, rows: list[dict[str, Any]], number: int
+) -> list[Trajectory]:
     """Round `number`'s samples: k per prompt, scored, each with `metadata["reward"]` set."""
     sft = cfg.sft
     prompts = PromptOrder(len(rows), sft.prompts_per_round, sft.seed).rows(rows, number)
@@ -284,9 +317,18 @@ async def _sample_round(cfg: RunConfig, agent: Any, runtime: Runtime, rows: list
     def sample_id(prompt: int, sample: int) -> SampleId:
         return SampleId(sft.seed, number, prompt, sample)
 
-    groups = await rollout_groups(agent, prompts, sft.samples_per_prompt, cfg.rollout.max_in_flight, sample_ids=sample_id, keep_open=keep_open)
+    groups = await rollout_groups(
+        agent,
+        prompts,
+        sft.samples_per_prompt,
+        cfg.rollout.max_in_flight,
+        sample_ids=sample_id,
+        keep_open=keep_open,
+    )
     try:
-        samples = [[Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups]
+        samples = [
+            [Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups
+        ]
         outcomes = await runtime.reward.score_groups(samples)
     finally:
         await agent.close_episodes([traj for group in groups for traj in group])
@@ -303,4 +345,12 @@ def rejection_sampling_sync(cfg: RunConfig, **options: Any) -> SFTResult:
     return run_sync(rejection_sampling(cfg, **options))
 
 
-__all__ = ["SFTResult", "SFTTrainer", "rejection_sampling", "rejection_sampling_sync", "sft", "sft_sync", "update_config"]
+__all__ = [
+    "SFTResult",
+    "SFTTrainer",
+    "rejection_sampling",
+    "rejection_sampling_sync",
+    "sft",
+    "sft_sync",
+    "update_config",
+]

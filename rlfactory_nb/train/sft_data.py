@@ -87,7 +87,9 @@ def sft_trajectories(
     return kept
 
 
-def _scored(data: Any, tokenizer: Any, chat_format: str | ChatFormat, thinking: bool) -> Iterable[tuple[Trajectory, float | None]]:
+def _scored(
+    data: Any, tokenizer: Any, chat_format: str | ChatFormat, thinking: bool
+) -> Iterable[tuple[Trajectory, float | None]]:
     if isinstance(data, (str, Path)):
         yield from _from_path(Path(data), tokenizer, chat_format, thinking)
     elif hasattr(data, "groups") and hasattr(data, "outcomes"):  # a RewardLab, after `sample`
@@ -107,7 +109,9 @@ def _scored(data: Any, tokenizer: Any, chat_format: str | ChatFormat, thinking: 
             yield _item(item, f"SFT data item {number}", tokenizer, chat_format, thinking)
 
 
-def _item(item: Any, where: str, tokenizer: Any, chat_format: str | ChatFormat, thinking: bool) -> tuple[Trajectory, float | None]:
+def _item(
+    item: Any, where: str, tokenizer: Any, chat_format: str | ChatFormat, thinking: bool
+) -> tuple[Trajectory, float | None]:
     if isinstance(item, Trajectory):
         return item, _reward(item)
     if isinstance(item, dict) and "prompt_ids" in item:
@@ -126,12 +130,16 @@ def _item(item: Any, where: str, tokenizer: Any, chat_format: str | ChatFormat, 
     raise DatasetError(f"{where} is a {type(item).__name__}: expected a Trajectory or a dict with 'messages'")
 
 
-def _from_path(path: Path, tokenizer: Any, chat_format: str | ChatFormat, thinking: bool) -> Iterable[tuple[Trajectory, float | None]]:
+def _from_path(
+    path: Path, tokenizer: Any, chat_format: str | ChatFormat, thinking: bool
+) -> Iterable[tuple[Trajectory, float | None]]:
     folder = RunFolder(path)
     if path.is_dir() and (path / "trajectories").is_dir():
         steps = folder.trajectory_steps()
         if not steps:
-            raise DatasetError(f"the run folder {path} has saved no trajectories (grpo.trajectories_per_step: 0?)")
+            raise DatasetError(
+                f"the run folder {path} has saved no trajectories (grpo.trajectories_per_step: 0?)"
+            )
         for step in steps:
             for traj in folder.load_trajectories(step):
                 yield traj, _reward(traj)

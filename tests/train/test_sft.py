@@ -13,6 +13,7 @@ import rlfactory_nb as rf
 from rlfactory_nb.cli import main
 from rlfactory_nb.errors import DatasetError, RunFolderExistsError
 from rlfactory_nb.models.presets import calculator
+from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.train.run_folder import RunFolder, read_metrics
 from rlfactory_nb.train.sft_data import sft_trajectories
 from rlfactory_nb.types import save_jsonl
@@ -23,13 +24,19 @@ ROWS = 4
 def conversation(question: calculator.Question) -> dict:
     """An OpenAI chat-format row: a call with a JSON-string argument, its result, an answer worded
     as the preset never saw it (so there is something left to learn)."""
-    call = {"type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": question.expression})}}
+    call = {
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": question.expression})},
+    }
     return {
         "messages": [
             *question.messages(),
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "content": str(question.answer)},
-            {"role": "assistant", "content": f"The calculator says {question.answer}, so that is the answer."},
+            {
+                "role": "assistant",
+                "content": f"The calculator says {question.answer}, so that is the answer.",
+            },
         ],
         "tools": [calculator.CALCULATOR_TOOL],
         "ground_truth": str(question.answer),
@@ -74,7 +81,7 @@ def test_conversation_rows_train(tmp_path) -> None:
 def test_conversation_rows_from_a_file_train(tmp_path) -> None:
     path = tmp_path / "conversations.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows()))
-    assert_learns(rf.sft_sync(config(tmp_path, **{"data": str(path)})))
+    assert_learns(rf.sft_sync(config(tmp_path, data=str(path))))
 
 
 def test_trajectories_train_and_are_kept_by_reward(tmp_path) -> None:
@@ -110,7 +117,10 @@ def test_a_run_folders_trajectories_train_with_the_same_filter(tmp_path) -> None
 
 def test_nothing_kept_is_an_error_that_says_why(tmp_path) -> None:
     policy = rf.Policy.load("tiny-calculator", device="cpu")
-    with pytest.raises(DatasetError, match="no trajectory to fine-tune on scoring at least sft.min_reward=2.0: 4 read, 4 below"):
+    with pytest.raises(
+        DatasetError,
+        match="no trajectory to fine-tune on scoring at least sft.min_reward=2.0: 4 read, 4 below",
+    ):
         sft_trajectories([{**row, "reward": 1.0} for row in rows()], policy.tokenizer, min_reward=2.0)
 
 
@@ -123,6 +133,7 @@ def test_resume_continues_the_steps_once_and_a_new_run_refuses_the_folder(tmp_pa
     assert resumed.step == 4 and [row["step"] for row in read_metrics(resumed.run_dir)] == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_rejection_sampling_keeps_only_samples_at_the_threshold(tmp_path) -> None:
     """exact_match on the synthetic calculator task: every kept sample scored 1, the rest 0, and each
     round's samples are saved with their rewards."""
@@ -156,3 +167,21 @@ def test_lora_adapters_train_and_the_checkpoint_is_an_adapter(tmp_path) -> None:
     result = rf.sft_sync(cfg, data=rows())
     assert_learns(result, steps=6)
     assert (Path(result.checkpoint) / "adapter_config.json").exists()
+
+
+async def test_a_reward_labs_samples_train_kept_by_its_score(tmp_path) -> None:
+    """A RewardLab on the preset with exact_match: only the samples it scored at the threshold train."""
+    cfg = config(tmp_path, name="lab", batch_size=4, steps=2)
+    policy = rf.Policy.load("tiny-calculator", device="cpu")
+    runtime = await Runtime.from_config(cfg, policy=policy).start()
+    try:
+        lab = runtime.reward_lab(calculator.dataset("train", 6), group_size=4)
+        await lab.sample(n_prompts=6)
+    finally:
+        await runtime.close()
+    scores = lab.scores().flatten().tolist()
+    kept = sft_trajectories(lab, policy.tokenizer, min_reward=1.0)
+    assert 0 < len(kept.trajectories) == scores.count(1.0) < len(scores)
+    assert kept.below_threshold == len(scores) - scores.count(1.0)
+    result = await rf.sft(cfg.replace({"sft.min_reward": 1.0}), data=lab, policy=policy)
+    assert result.step == 2 and read_metrics(result.run_dir)[0]["sft/rows"] == len(kept.trajectories)

@@ -34,7 +34,9 @@ def chat_test(name: str) -> Any:
 
 
 def qwen3(thinking: bool) -> Case:
-    call = lambda name, args: f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(args)}}}\n</tool_call>'
+    call = lambda name, args: (
+        f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(args)}}}\n</tool_call>'
+    )
     think = (lambda text: f"<think>\n{text}\n</think>\n\n") if thinking else (lambda text: "")
     turns = [
         (think("I need the weather.") + call("get_weather", {"city": "Paris"}), "<|im_end|>"),
@@ -61,7 +63,9 @@ def qwen3_xml(thinking: bool) -> Case:
 
 def qwen2_5(thinking: bool) -> Case:
     t = chat_test("qwen2_5")
-    tokenizer = conformance.family_tokenizer("qwen2_5", t.ADDED, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer = conformance.family_tokenizer(
+        "qwen2_5", t.ADDED, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     turns = [
         (t.sampled_turn([t.WEATHER], ""), "<|im_end|>"),
         (t.sampled_turn([("get_time", {"zone": "Europe/Paris"})], "Now the time."), "<|im_end|>"),
@@ -89,7 +93,9 @@ def llama4(thinking: bool) -> Case:
 
 def mistral(thinking: bool) -> Case:
     t = chat_test("mistral")
-    tokenizer = conformance.family_tokenizer(t.TEMPLATE, [(c, True) for c in t.CONTROL_TOKENS], "</s>", bos_token="<s>")
+    tokenizer = conformance.family_tokenizer(
+        t.TEMPLATE, [(c, True) for c in t.CONTROL_TOKENS], "</s>", bos_token="<s>"
+    )
     turns = [
         ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "</s>"),
         ('I will check the time too.[TOOL_CALLS]get_time[ARGS]{"zone": "Europe/Paris"}', "</s>"),
@@ -101,7 +107,11 @@ def mistral(thinking: bool) -> Case:
 def kimi_k2(thinking: bool) -> Case:
     t = chat_test("kimi_k2")
     tokenizer = conformance.family_tokenizer("kimi_k2", t.ADDED, "[EOS]", bos_token="[BOS]")
-    turns = [t.turn(0, t.WEATHER, "Checking."), t.turn(1, ("get_time", {"zone": "CET"})), t.turn(2, None, "Sunny, 12:00.")]
+    turns = [
+        t.turn(0, t.WEATHER, "Checking."),
+        t.turn(1, ("get_time", {"zone": "CET"})),
+        t.turn(2, None, "Sunny, 12:00."),
+    ]
     return tokenizer, "kimi_k2", turns, False
 
 
@@ -112,10 +122,18 @@ def kimi_k3(thinking: bool) -> Case:
 
 def gpt_oss(thinking: bool) -> Case:
     turns = [
-        (('<|channel|>analysis<|message|>I need the weather.<|end|><|start|>assistant to=functions.get_weather'
-          '<|channel|>commentary json<|message|>{"city": "Paris"}'), "<|call|>"),
+        (
+            (
+                "<|channel|>analysis<|message|>I need the weather.<|end|><|start|>assistant to=functions.get_weather"
+                '<|channel|>commentary json<|message|>{"city": "Paris"}'
+            ),
+            "<|call|>",
+        ),
         (' to=functions.get_time<|channel|>commentary json<|message|>{"zone": "Europe/Paris"}', "<|call|>"),
-        (f"<|channel|>analysis<|message|>Both known.<|end|><|start|>assistant<|channel|>final<|message|>{ANSWER}", "<|return|>"),
+        (
+            f"<|channel|>analysis<|message|>Both known.<|end|><|start|>assistant<|channel|>final<|message|>{ANSWER}",
+            "<|return|>",
+        ),
     ]
     return chat_test("gpt_oss").harmony_tokenizer(), "gpt_oss", turns, False
 
@@ -137,8 +155,14 @@ def gemma4(thinking: bool) -> Case:
 
 def deepseek_v3(thinking: bool) -> Case:
     t = chat_test("deepseek_v3")
-    tokenizer = conformance.family_tokenizer("deepseek_v3_1", t.ADDED, t.EOS, bos_token="<｜begin▁of▁sentence｜>")
-    turns = [t.turn(t.WEATHER, answer="Checking."), t.turn(("get_time", {"zone": "CET"})), t.turn(None, answer="Sunny, 12:00.")]
+    tokenizer = conformance.family_tokenizer(
+        "deepseek_v3_1", t.ADDED, t.EOS, bos_token="<｜begin▁of▁sentence｜>"
+    )
+    turns = [
+        t.turn(t.WEATHER, answer="Checking."),
+        t.turn(("get_time", {"zone": "CET"})),
+        t.turn(None, answer="Sunny, 12:00."),
+    ]
     return tokenizer, "deepseek_v3", turns, False
 
 
@@ -174,9 +198,13 @@ TEMPLATE_DROPS = {
 @pytest.mark.parametrize(
     ("family", "thinking"),
     [
-        pytest.param(name, thinking, marks=[pytest.mark.xfail(strict=True, reason=TEMPLATE_DROPS[(name, thinking)])])
-        if (name, thinking) in TEMPLATE_DROPS else (name, thinking)
-        for name, thinking in [(name, False) for name in sorted(CASES)] + [(name, True) for name in sorted(THINKING)]
+        pytest.param(
+            name, thinking, marks=[pytest.mark.xfail(strict=True, reason=TEMPLATE_DROPS[(name, thinking)])]
+        )
+        if (name, thinking) in TEMPLATE_DROPS
+        else (name, thinking)
+        for name, thinking in [(name, False) for name in sorted(CASES)]
+        + [(name, True) for name in sorted(THINKING)]
     ],
 )
 async def test_sft_rows_of_a_tool_trajectory_equal_its_rl_rows(family: str, thinking: bool) -> None:
@@ -187,11 +215,15 @@ async def test_sft_rows_of_a_tool_trajectory_equal_its_rl_rows(family: str, thin
 
     rows = conversation_trajectory(tokenizer, traj.messages, tools, chat_format, enable_thinking=thinking)
     assert rows.prompt_ids == traj.prompt_ids
-    assert rows.response_ids == traj.response_ids, _first_difference(tokenizer, rows.response_ids, traj.response_ids)
+    assert rows.response_ids == traj.response_ids, _first_difference(
+        tokenizer, rows.response_ids, traj.response_ids
+    )
     assert rows.loss_mask == traj.loss_mask
 
     # as an OpenAI row writes calls: arguments as JSON text, whatever form the family's history used
-    openai = conversation_trajectory(tokenizer, openai_form(traj.messages), tools, chat_format, enable_thinking=thinking)
+    openai = conversation_trajectory(
+        tokenizer, openai_form(traj.messages), tools, chat_format, enable_thinking=thinking
+    )
     assert (openai.response_ids, openai.loss_mask) == (traj.response_ids, traj.loss_mask)
 
     rl = build_batch([traj], [1.0], tokenizer.pad_token_id)
@@ -206,7 +238,10 @@ def openai_form(messages: list[dict]) -> list[dict]:
         text = arguments if isinstance(arguments, str) else json.dumps(dict(arguments))
         return {**entry, "function": {**entry["function"], "arguments": text}}
 
-    return [{**m, "tool_calls": [call(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages]
+    return [
+        {**m, "tool_calls": [call(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
+        for m in messages
+    ]
 
 
 def _first_difference(tokenizer: Any, ours: list[int], theirs: list[int]) -> str:
