@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "build_tools": "runtime",
     # `train` itself is not exported: it would shadow the `rlfactory_nb.train` subpackage
     "train_sync": "train.loop",
+    **dict.fromkeys(["sft", "sft_sync", "rejection_sampling", "rejection_sampling_sync"], "train.sft"),
     **dict.fromkeys(["evaluate", "evaluate_sync", "EvalReport"], "eval"),
     **dict.fromkeys(["compare_policies", "compare_policies_sync"], "compare"),
     "example": "examples",

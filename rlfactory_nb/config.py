@@ -25,6 +25,7 @@ from rlfactory_nb.config_cluster import ClusterConfig
 from rlfactory_nb.config_grpo import GRPOConfig
 from rlfactory_nb.config_schema import ConfigError, NonEmptyStr, NonNegativeInt, build, folder_name, load_yaml
 from rlfactory_nb.config_sections import DataConfig, ModelConfig, RewardConfig, RolloutConfig, ToolsConfig
+from rlfactory_nb.config_sft import SFTConfig
 from rlfactory_nb.storage import is_uri, join
 
 
@@ -48,6 +49,8 @@ class RunConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """supervised fine-tuning (`rlfactory-nb sft`, `rf.sft_sync`, `rf.rejection_sampling`): config_sft.py"""
     kernel_objects: dict[str, Any] = field(default_factory=dict)
     """written by a run, never read: the objects from the kernel it trained with instead of what
     this config named (reward, tools, rows: name, module, the sha256 of the readable source kept in
@@ -159,7 +162,7 @@ def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str,
 
 PATH_KEYS = (
     "output_dir", "model.name", "tools.config", "rollout.program", "reward.function", "reward.judge.model", "data.train",
-    "data.eval",
+    "data.eval", "sft.data",
 )
 """the keys whose value may name a local file or folder, in `config_paths`' order (tests/test_config_paths.py
 fails when a RunConfig field is added without saying whether it belongs here)"""
@@ -207,4 +210,6 @@ def config_paths(cfg: RunConfig) -> list[ConfigPath]:
         source = getattr(cfg.data, key)
         if not source.startswith("synthetic:"):
             found.append(ConfigPath(f"data.{key}", Path(source), "input"))
+    if cfg.sft.data is not None and not is_uri(cfg.sft.data):
+        found.append(ConfigPath("sft.data", Path(cfg.sft.data), "input"))
     return found

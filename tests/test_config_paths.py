@@ -24,6 +24,8 @@ NOT_PATHS = {
     "cluster.object_store_memory_gb", "cluster.backend", "cluster.driver_resources", "cluster.worker_resources",
     "cluster.engine_resources",
     "data.eval_size", "kernel_objects",
+    "sft.min_reward", "sft.steps", "sft.batch_size", "sft.lr", "sft.lr_schedule", "sft.warmup_steps",
+    "sft.checkpoint_every", "sft.seed", "sft.rounds", "sft.samples_per_prompt", "sft.prompts_per_round",
 }  # fmt: skip
 """every other leaf key: none names a file or folder (reward.args may, but it is the factory's business)"""
 
@@ -68,7 +70,8 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
         name="x",
         tools=ToolsConfig(config="tools.yaml"),
         reward=RewardConfig(function="rewards/mine.py:score", judge=JudgeConfig(model="judges/qwq")),
-    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve"})
+    ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve",
+               "sft.data": "runs/expert"})
     found = config_paths(cfg)
     assert tuple(named.key for named in found) == PATH_KEYS
     by_key = {named.key: named for named in found}

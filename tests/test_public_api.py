@@ -22,8 +22,8 @@ PUBLIC = [
     "JobFailed", "JudgeError", "LLMJudge", "Policy", "RLFactoryError", "RewardError", "RewardLab",
     "RolloutStepper", "RunConfig", "Sample", "StepFailed", "ToolResult", "ToolSet", "TrainingJob", "Trajectory", "UserSimulator",
     "agent_tool", "algo", "build_tools", "chat", "compare_policies", "compare_policies_sync", "engines", "errors",
-    "evaluate", "evaluate_sync", "example", "export", "format_trajectory", "launch", "model_tool", "rewards", "tool",
-    "tools", "train_sync",
+    "evaluate", "evaluate_sync", "example", "export", "format_trajectory", "launch", "model_tool",
+    "rejection_sampling", "rejection_sampling_sync", "rewards", "sft", "sft_sync", "tool", "tools", "train_sync",
 ]  # fmt: skip
 
 # Each error's built-in base before the tree existed: an `except ValueError` (etc.) written against
@@ -82,7 +82,7 @@ def error_classes() -> dict[str, type]:
 
 def test_public_names_are_pinned_and_few():
     assert rf.__all__ == sorted(PUBLIC)
-    assert len(rf.__all__) <= 45  # AgentProgram (issue 42), ToolResult (issue 40), Environment and UserSimulator (issue 41)
+    assert len(rf.__all__) <= 49  # AgentProgram (issue 42), ToolResult (issue 40), Environment and UserSimulator (issue 41), sft and rejection_sampling with their sync twins (issue 52)
 
 
 def test_every_public_name_resolves():

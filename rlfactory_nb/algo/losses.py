@@ -26,6 +26,9 @@ Gradient accumulation: every loss is a mean over this call's batch and declares 
 (`register_loss(name, reduction="sequence" | "token")`), so a caller splitting one batch into
 micro-batches weighs each micro-batch's loss by its share of that (tokens for `dapo`, sequences for
 the others) and gets the full-batch loss exactly.
+
+`sft` is not a policy gradient: the mean negative log-likelihood of every trained token of the
+batch (supervised fine-tuning on kept trajectories, `rlfactory_nb.train.sft`), on the same rows.
 """
 
 from __future__ import annotations
@@ -293,6 +296,32 @@ def gspo_loss(
     token_ratio = ratio.detach()[:, None].expand_as(log_ratio)
     token_advantage = advantage.detach()[:, None].expand_as(log_ratio)
     return loss, {"loss": loss.item(), **_ratio_metrics(token_ratio, token_advantage, mask, args), **metrics}
+
+
+@register_loss("sft", reduction="token")
+def sft_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    args: LossArgs = DEFAULT_ARGS,
+    rollout_logprobs: Tensor | None = None,
+) -> tuple[Tensor, Metrics]:
+    """Supervised fine-tuning: the mean negative log-likelihood over every trained token of the
+    batch, -sum(mask * logprobs) / sum(mask). The advantages and old logprobs are not read.
+
+    >>> lp, mask = torch.tensor([[0.0, -1.0, -3.0]]), torch.tensor([[0, 1, 1]])
+    >>> sft_loss(lp, lp, torch.zeros(1), mask)[0].item()
+    2.0
+    """
+    loss = -masked_mean(logprobs, mask)
+    lengths = mask.bool().sum(dim=-1).float()  # (B,)
+    return loss, {
+        "loss": loss.item(),
+        "num_tokens": float(lengths.sum()),
+        "num_sequences": float(mask.shape[0]),
+        "response_tokens_mean": float(lengths.mean()) if lengths.numel() else 0.0,
+    }
 
 
 def _per_token_terms(

@@ -2,6 +2,7 @@
 
     rlfactory-nb demo [--out DIR]            the main job on the embedded default
     rlfactory-nb train CONFIG [key=value] [--resume]   GRPO training, headless
+    rlfactory-nb sft CONFIG [key=value] [--rejection-sampling]   supervised fine-tuning (sft: section)
     rlfactory-nb eval ...                    evaluate a checkpoint or model on a dataset
     rlfactory-nb compare RUN_DIR --steps A B what training changed between two steps, token by token
     rlfactory-nb export CHECKPOINT OUT       a checkpoint (LoRA merged) as a plain Hugging Face folder
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfactory_nb.cli.sft import add_sft_parser as sft_parser
 from rlfactory_nb.config import ConfigError, RunConfig
 from rlfactory_nb.errors import RLFactoryError
 
@@ -95,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add_command in (
         add_demo_parser,
         add_train_parser,
+        add_sft_parser,
         add_eval_parser,
         add_compare_parser,
         add_export_parser,
@@ -137,6 +140,10 @@ def add_train_parser(commands: Any) -> argparse.ArgumentParser:
     )
     train.set_defaults(handler=_deferred("rlfactory_nb.cli.train:run_train_command"))
     return train
+
+
+def add_sft_parser(commands: Any) -> argparse.ArgumentParser:
+    return sft_parser(commands, _add_command, _deferred)
 
 
 def add_eval_parser(commands: Any) -> argparse.ArgumentParser:
