@@ -24,7 +24,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "rlfactory_nb"
 
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["errors", "types", "config", "config_schema", "_async", "_threads", "_views", "storage", "local_files", "extras"], 1),
+    **dict.fromkeys(["errors", "types", "config", "config_schema", "_async", "_threads", "_views", "storage", "local_files", "extras", "code_names"], 1),
     **dict.fromkeys(["chat", "engines", "tools"], 2),
     **dict.fromkeys(["models", "data", "rollout", "envs", "programs", "rewards", "algo", "recipes"], 3),
     **dict.fromkeys(["runtime", "train", "eval", "compare", "examples", "demo", "notebooks_run"], 4),
