@@ -43,6 +43,7 @@ def test_every_key_that_names_code_loads_through_it(tmp_path):
         (load_reward, "reward.function"),
         (env_factory, "rollout.env"),
         (load_function, "functions"),
+        (lambda spec: rf.AgentProgram(spec), "rollout.program"),
         (lambda spec: rf.algo.registry.get_loss(spec), "grpo.loss"),
     ]:
         with pytest.raises(LoadError, match="running .*broken.py failed: ModuleNotFoundError") as raised:
