@@ -103,7 +103,7 @@ class ObjectTransferError(DataError, TypeError):
 
 class UntrustedRunObjects(DataError, PermissionError):
     """A run folder's objects.pkl, or the run config a checkpoint keeps, lacks this user's signature
-    (data/signing.py); the message says why and how to proceed."""
+    (signing.py); the message says why and how to proceed."""
 
 
 class ModelError(RLFactoryError):

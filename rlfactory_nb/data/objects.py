@@ -58,7 +58,7 @@ import cloudpickle  # the pickler Ray uses (it vendors a copy), without importin
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.readable import keep_source, own_name, readable_source, source_listing, user_modules
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.data.signing import (
+from rlfactory_nb.signing import (
     CONFIG_SIGNATURE_FILE,
     PICKLE_FILE,
     SIGNATURE_FILE,

@@ -13,7 +13,7 @@ from tiny_models import random_qwen3
 
 from rlfactory_nb.cluster.jobs import TrainingJob
 from rlfactory_nb.data.objects import RunObjects, trust_run_folder
-from rlfactory_nb.data.signing import sign_file
+from rlfactory_nb.signing import sign_file
 from rlfactory_nb.envs.base import Environment
 from rlfactory_nb.errors import UntrustedRunObjects
 from rlfactory_nb.models.checkpoint import save_checkpoint
