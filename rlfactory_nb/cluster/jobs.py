@@ -28,7 +28,6 @@ from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig, load_yaml
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row
-from rlfactory_nb.signing import CONFIG_SIGNATURE_FILE, check_config_signature, names_code
 from rlfactory_nb.errors import (
     ClusterError,
     DriverTimeout,
@@ -42,6 +41,7 @@ from rlfactory_nb.models.checkpoint import RUN_CONFIG, parse_step
 from rlfactory_nb.models.files import local_model_digest, model_folder
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.signing import CONFIG_SIGNATURE_FILE, check_config_signature, names_code
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.run_folder import TERMINAL_STATES, Checkpoints, RunFolder

@@ -58,6 +58,8 @@ import cloudpickle  # the pickler Ray uses (it vendors a copy), without importin
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.readable import keep_source, own_name, readable_source, source_listing, user_modules
 from rlfactory_nb.data.rows import Row, load_rows
+from rlfactory_nb.envs.factory import env_factory
+from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError
 from rlfactory_nb.signing import (
     CONFIG_SIGNATURE_FILE,
     PICKLE_FILE,
@@ -67,8 +69,6 @@ from rlfactory_nb.signing import (
     read_signature,
     write_signature,
 )
-from rlfactory_nb.envs.factory import env_factory
-from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
 

@@ -49,10 +49,10 @@ import numpy as np
 import torch
 from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
-from rlfactory_nb.signing import CONFIG_SIGNATURE_FILE, config_signature
 from rlfactory_nb.errors import CheckpointError
 from rlfactory_nb.local_files import read_regular, write_atomic
-from rlfactory_nb.models.reasoning_mode import record_mode, trained_mode
+from rlfactory_nb.reasoning_mode import record_mode, trained_mode
+from rlfactory_nb.signing import CONFIG_SIGNATURE_FILE, config_signature
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

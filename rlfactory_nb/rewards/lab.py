@@ -34,11 +34,11 @@ from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.readable import source_listing
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.signing import check_file, sign_file
 from rlfactory_nb.errors import ConfigError, LabNotSampled, RegistryKeyError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.seeds import SampleId
+from rlfactory_nb.signing import check_file, sign_file
 from rlfactory_nb.types import Sample, Trajectory
 
 if TYPE_CHECKING:

@@ -41,11 +41,11 @@ from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.envs.base import ToolSetEnvironment
 from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
-from rlfactory_nb.models.reasoning_mode import trained_mode
+from rlfactory_nb.reasoning_mode import trained_mode
 from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
-from rlfactory_nb.seeds import EnvSeed, SampleId
 from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
 from rlfactory_nb.rollout.tokens import DriftMode, drift_check, prompt_opens, thinks_by_default
+from rlfactory_nb.seeds import EnvSeed, SampleId
 from rlfactory_nb.tools.config import ToolSetSettings
 from rlfactory_nb.tools.validate import cut_text
 from rlfactory_nb.types import Message, ToolResult, ToolSpec, Trajectory, Turn

@@ -75,7 +75,7 @@ def test_a_model_folder_keeps_the_mode_it_was_trained_in(model_dir, tmp_path):
     """A checkpoint (or a warm-start's output) records its run's mode: a run naming that folder with
     `enable_thinking` unset prompts it as it was trained, not by the template's default."""
     from rlfactory_nb.models.checkpoint import save_checkpoint
-    from rlfactory_nb.models.reasoning_mode import trained_mode
+    from rlfactory_nb.reasoning_mode import trained_mode
 
     tokenizer = build_tokenizer()
     model = random_qwen3()

@@ -32,8 +32,6 @@ from rlfactory_nb.storage import package_cache
 
 PRESETS = ("tiny-calculator", "tiny-guess")
 """tiny-guess is tiny-calculator warm-started on the guessing game (guess.py)"""
-THINKING = {"tiny-calculator": False, "tiny-guess": False}
-"""each preset's reasoning mode: the one its warm start trained (`rollout.enable_thinking` unset)"""
 RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), not only in config
 
 

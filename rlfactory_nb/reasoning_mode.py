@@ -1,7 +1,8 @@
-"""The reasoning mode a model was trained in, kept with the model.
+"""The reasoning mode a model was trained in, kept with the model (standard library only, so the
+rollout loop reads it without importing models/).
 
-A preset's mode is `presets.THINKING`; a model folder made here (a warm-start's output, a checkpoint)
-records its own in `reasoning_mode.json`. With `rollout.enable_thinking` unset a run prompts a model
+A preset's mode is in `THINKING` below; a model folder made here (a warm-start's output, a
+checkpoint) records its own in `reasoning_mode.json`. With `rollout.enable_thinking` unset a run prompts a model
 as it was trained: a copy of tiny-calculator saved to a folder stays non-thinking, where the
 template's default (Qwen3's: thinking) would give it prompts it has never seen (the guessing game's
 warm-started player scored 0.13 instead of 0.61 that way, 2026-12-04).
@@ -13,9 +14,10 @@ import json
 from pathlib import Path
 
 from rlfactory_nb.local_files import read_regular, write_atomic
-from rlfactory_nb.models.presets import THINKING
 
 MODE_FILE = "reasoning_mode.json"
+THINKING = {"tiny-calculator": False, "tiny-guess": False}
+"""each embedded preset's reasoning mode: the one its warm start trained (models/presets/)"""
 
 
 def trained_mode(name: str) -> bool | None:
