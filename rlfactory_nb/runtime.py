@@ -38,8 +38,8 @@ from rlfactory_nb.envs.base import EnvReward
 from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DatasetError, LoadError
 from rlfactory_nb.programs.program import AgentProgram
+from rlfactory_nb.reward_lab import RewardLab
 from rlfactory_nb.rewards.judge import LLMJudge
-from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rewards.loading import is_run_record, load_reward
 from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rollout.agent import Agent
@@ -52,7 +52,7 @@ from rlfactory_nb.types import Message
 
 if TYPE_CHECKING:
     from rlfactory_nb.models.policy import Policy
-    from rlfactory_nb.rewards.lab import RewardFunctions
+    from rlfactory_nb.reward_lab import RewardFunctions
     from rlfactory_nb.rollout.tokens import DriftMode
 
 

@@ -18,7 +18,7 @@ from rlfactory_nb.errors import UntrustedRunObjects
 from rlfactory_nb.models.checkpoint import save_checkpoint
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.programs.program import AgentProgram
-from rlfactory_nb.rewards.lab import RewardLab
+from rlfactory_nb.reward_lab import RewardLab
 from rlfactory_nb.signing import sign_file
 from rlfactory_nb.train.run_folder import RunFolder
 
