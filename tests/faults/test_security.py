@@ -154,6 +154,7 @@ DYNAMIC_IMPORTS = {
     ("cli/__init__.py", "import_module"),  # a subcommand's own module, named in the CLI itself
     ("train/backends.py", "import_module"),  # a backend's module from the constant BACKEND_MODULES
     ("cluster/shipping.py", "import_module"),  # the package launch staged the config's files into
+    ("models/presets/__init__.py", "import_module"),  # the constant RECIPE_PRESETS: a recipe's preset builder
     ("data/rows.py", "import_module"),  # the constant RECIPES, whose import registers the synthetic datasets
     ("_views.py", "import_module"),  # the constant "rlfactory_nb.widgets", when a view is asked for
 }

@@ -76,7 +76,7 @@ def teacher_game(rng: random.Random, row: dict) -> list[Message]:
     return messages
 
 
-def build_tiny_guess(
+def build(
     path: Path, source: Path, warm: GuessWarmStart = GuessWarmStart(), log: Callable[[str], None] = print
 ) -> Path:
     """Warm-start a copy of `source` (the tiny-calculator folder) on teacher games; save it to `path`."""
