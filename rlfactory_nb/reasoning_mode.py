@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rlfactory_nb.local_files import read_regular, write_atomic
 
 MODE_FILE = "reasoning_mode.json"
 THINKING = {"tiny-calculator": False, "tiny-guess": False}
 """each embedded preset's reasoning mode: the one its warm start trained (models/presets/)"""
+
+
+def thinking_mode(cfg: Any) -> bool | None:
+    """The mode a run prompts in: `rollout.enable_thinking`, or unset, the mode the model was trained in
+    (a preset's, or the one its folder records; None: the template's default). The one place it is
+    decided: the Agent, an agent program and a checkpoint's record all ask here."""
+    given = cfg.rollout.enable_thinking
+    return trained_mode(cfg.model.name) if given is None else given
 
 
 def trained_mode(name: str) -> bool | None:

@@ -51,7 +51,7 @@ from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (nu
 
 from rlfactory_nb.errors import CheckpointError
 from rlfactory_nb.local_files import read_regular, write_atomic
-from rlfactory_nb.reasoning_mode import record_mode, trained_mode
+from rlfactory_nb.reasoning_mode import record_mode, thinking_mode
 from rlfactory_nb.signing import CONFIG_SIGNATURE_FILE, config_signature
 
 CHECKPOINTS = "checkpoints"
@@ -224,8 +224,7 @@ def _write_folder(
     torch.save(state, folder / TRAINER_STATE)
     if config is not None:
         text = config.to_yaml(folder / RUN_CONFIG)
-        given = config.rollout.enable_thinking
-        record_mode(folder, trained_mode(config.model.name) if given is None else given)
+        record_mode(folder, thinking_mode(config))
     write_digests(folder)
     if config is not None:  # unlisted: loading the checkpoint as a model never reads it
         (folder / CONFIG_SIGNATURE_FILE).write_text(config_signature(text), encoding="utf-8")

@@ -37,7 +37,7 @@ from rlfactory_nb.programs.assembly import Episode, assemble
 from rlfactory_nb.programs.endpoint import Endpoint
 from rlfactory_nb.programs.handle import CALLER, LLM, ProgramSettings
 from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
-from rlfactory_nb.rollout.agent import thinking_mode
+from rlfactory_nb.reasoning_mode import thinking_mode
 from rlfactory_nb.rollout.session import new_trajectory_id
 from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens, thinks_by_default
 from rlfactory_nb.seeds import SampleId

@@ -12,7 +12,8 @@ import rlfactory_nb as rf
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.rollout.agent import Agent, thinking_mode
+from rlfactory_nb.reasoning_mode import thinking_mode
+from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.tokens import thinks_by_default
 
 REWARD = Path(__file__).resolve().parent / "scripted_rewards.py"
