@@ -41,7 +41,7 @@ from rlfactory_nb.engines.base import Generation
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
 
 NAME = "envs_async"
 MEDIAN_S, SIGMA = 0.2, 0.7  # the shape bench/latency_server.py uses: p99 near 5x the median

@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "Policy": "models.policy",
     "export": "models.export",
     "LLMJudge": "rewards.judge",
-    "RewardLab": "rewards.lab",
+    "RewardLab": "reward_lab",
     "Agent": "rollout.agent",
     "AgentProgram": "programs.program",
     **dict.fromkeys(["Environment", "UserSimulator"], "envs"),

@@ -2,7 +2,7 @@
 
     RLFactoryError
     ├── ConfigError (ValueError): ChatFormatError, RegistryKeyError (KeyError),
-    │                             MissingExtraError (ImportError)
+    │                             MissingExtraError (ImportError), LoadError (ImportError)
     ├── ArgumentTypeError (TypeError)
     ├── DataError: DatasetError (ValueError), ObjectTransferError (TypeError),
     │              UntrustedRunObjects (PermissionError)
@@ -17,7 +17,7 @@
     ├── ScoringError: RewardError, RewardWorkerError, LabNotSampled (RuntimeError),
     │                 JudgeError (RuntimeError): JudgeParseError (also ValueError),
     │                 InvalidRewardValue, SampleError, RewardModelError (ValueError),
-    │                 RewardLoadError (ImportError), RewardTimeout (TimeoutError)
+    │                 RewardLoadError (a LoadError too), RewardTimeout (TimeoutError)
     ├── HungCallsError (RuntimeError)
     ├── TrainingError (RuntimeError): StepFailed, StaleSamples, EnvironmentFailed
     ├── ClusterError (RuntimeError): JobFailed, JobExistsError, ModelMismatch, ShippingError,
@@ -69,6 +69,15 @@ class MissingExtraError(ConfigError, ImportError):
     """A setting needs a package that is not installed (e.g. wandb_project); the message says what to install."""
 
 
+class LoadError(ConfigError, ImportError):
+    """A `module:name` or `file.py:name` that loads nothing (code_names.py); `key` is the setting or
+    argument that named it, and the message says what is wrong and the fix."""
+
+    def __init__(self, message: str, key: str):
+        self.key = key
+        super().__init__(message)
+
+
 class ArgumentTypeError(RLFactoryError, TypeError):
     """A function was given an argument of the wrong kind; the message says what it takes."""
 
@@ -94,7 +103,7 @@ class ObjectTransferError(DataError, TypeError):
 
 class UntrustedRunObjects(DataError, PermissionError):
     """A run folder's objects.pkl, or the run config a checkpoint keeps, lacks this user's signature
-    (data/signing.py); the message says why and how to proceed."""
+    (signing.py); the message says why and how to proceed."""
 
 
 class ModelError(RLFactoryError):
@@ -223,8 +232,9 @@ class InvalidRewardValue(ScoringError, ValueError):
     """A reward function returned something that is not a reward; the message says what to return."""
 
 
-class RewardLoadError(ScoringError, ImportError):
-    """A reward spec (`file.py:function`, `module:function`) that does not name a callable."""
+class RewardLoadError(LoadError, ScoringError):
+    """A reward spec (`file.py:function`, `module:function`) that does not name a callable, or a
+    factory (`reward.args`) that does not return one: a LoadError of the scoring family."""
 
 
 class JudgeError(ScoringError, RuntimeError):

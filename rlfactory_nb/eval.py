@@ -31,8 +31,8 @@ from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.metrics import reward_metrics, rollout_metrics
 from rlfactory_nb.types import Sample, Trajectory

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rlfactory_nb._views import view_of
 from rlfactory_nb.algo.registry import loss_names, loss_reduction
 from rlfactory_nb.chat import chat_format_names, parser_names
+from rlfactory_nb.code_names import load_object
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.config_schema import import_spec
 from rlfactory_nb.config_sections import RewardConfig
@@ -36,10 +37,10 @@ from rlfactory_nb.data.rows import Row, load_rows, require_prompts
 from rlfactory_nb.engines.base import Engine, engine_kinds
 from rlfactory_nb.envs.base import EnvReward
 from rlfactory_nb.envs.factory import env_factory
-from rlfactory_nb.errors import ConfigError, DatasetError
+from rlfactory_nb.errors import ConfigError, DatasetError, LoadError
 from rlfactory_nb.programs.program import AgentProgram
+from rlfactory_nb.reward_lab import RewardLab
 from rlfactory_nb.rewards.judge import LLMJudge
-from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.rewards.loading import is_run_record, load_reward
 from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rollout.agent import Agent
@@ -52,7 +53,7 @@ from rlfactory_nb.types import Message
 
 if TYPE_CHECKING:
     from rlfactory_nb.models.policy import Policy
-    from rlfactory_nb.rewards.lab import RewardFunctions
+    from rlfactory_nb.reward_lab import RewardFunctions
     from rlfactory_nb.rollout.tokens import DriftMode
 
 
@@ -103,9 +104,9 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
     for key, spec in _import_specs(cfg):
         if key != "reward.function":
             try:
-                _load_object(spec)
-            except (ImportError, ValueError) as error:
-                problems.append(f"{key}: {error}")
+                load_object(spec, key, "code")
+            except LoadError as error:
+                problems.append(str(error))
     if cfg.rollout.program is not None and cfg.rollout.env is not None:
         problems.append(
             "rollout.program: an agent program does not play rollout.env's episodes yet (its tools are the run's "
@@ -125,7 +126,7 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
             if isinstance(function.target, str):
                 load_function(function.target)
     if objects.agent is None and cfg.rollout.program is not None:
-        load_reward(cfg.rollout.program)  # the agent program `module:function` (rf.AgentProgram)
+        load_object(cfg.rollout.program, "rollout.program", "agent program")  # rf.AgentProgram's function
     if objects.env is None and cfg.rollout.env is not None:
         env_factory(cfg.rollout.env)  # the Environment `module:Class`
     sources = [("data.train", cfg.data.train)] if objects.train_data is None else []
@@ -185,11 +186,6 @@ def _is_import_spec(annotation: Any) -> bool:
     if typing.get_origin(annotation) is typing.Annotated:
         return import_spec in typing.get_args(annotation)[1:]
     return any(_is_import_spec(arg) for arg in typing.get_args(annotation))  # ImportSpec | None
-
-
-def _load_object(spec: str) -> Any:
-    """What `spec` names: a `file.py:name` runs the file as a reward file does, else an import."""
-    return load_reward(spec) if spec.rpartition(":")[0].endswith(".py") else load_function(spec)
 
 
 class Runtime:

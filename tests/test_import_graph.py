@@ -2,17 +2,14 @@
 
 The graph is read with `ast` from the source, so it sees every import: at module level, inside
 functions, and under `if TYPE_CHECKING:` alike (an annotation-only import still says which layer a
-module leans on). Layers, lowest first, as docs/decisions.md ("Layers") explains:
-
-    (1) errors, types, config (and its sections), config_schema, config_sft, _async, _threads, _views, extras
-    (2) chat, engines, tools
-    (3) models, data, rollout, envs, programs, rewards, algo, recipes
-    (4) runtime, train, eval, examples, demo, notebooks_run
-    (5) cluster
-    (6) widgets, cli, and the top-level `rlfactory_nb/__init__.py`
+module leans on). The layers, lowest first, are `LAYER_ORDER` below: one package a layer, except the
+foundation's single-file modules and train with eval; docs/decisions.md ("Layers") says why, and
+its layout map is `layout_map()`'s (a test keeps it so; `python scripts/import_layers.py --write`
+rewrites it, and prints the figures: modules, lines, layers, imports that point up).
 
 `_views` reaches the widgets by name through importlib, which is the point of it: a core object's
-`.view()` finds its view without the core importing a widget.
+`.view()` finds its view without the core importing a widget. The same holds for the recipes'
+synthetic datasets (data/rows.py), a recipe's preset (models/presets) and the backends (train/backends.py).
 """
 
 from __future__ import annotations
@@ -23,14 +20,35 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlfactory_nb"
 
-LAYERS: dict[str, int] = {
-    **dict.fromkeys(["errors", "types", "config", "config_sections", "config_grpo", "config_cluster", "config_schema", "_async", "_threads", "_views", "storage", "node_cache", "local_files", "extras", "config_sft"], 1),
-    **dict.fromkeys(["chat", "engines", "tools"], 2),
-    **dict.fromkeys(["models", "data", "rollout", "envs", "programs", "rewards", "algo", "recipes"], 3),
-    **dict.fromkeys(["runtime", "train", "eval", "compare", "examples", "demo", "notebooks_run"], 4),
-    "cluster": 5,
-    **dict.fromkeys(["widgets", "cli", ""], 6),
-}
+LAYER_ORDER: list[tuple[str, ...]] = [
+    # the foundation: records, errors, settings, files; the standard library and each other only
+    ("errors", "types", "config", "config_schema", "_async", "_threads", "_views", "storage", "local_files", "extras",
+     "config_sections", "config_grpo", "config_cluster", "config_sft", "node_cache", "code_names", "signing", "seeds", "reasoning_mode"),
+    ("chat",),
+    ("engines",),
+    ("tools",),
+    ("algo",),
+    ("envs",),
+    ("rollout",),
+    ("programs",),
+    ("rewards",),
+    ("models",),
+    ("data",),
+    ("recipes",),
+    ("reward_lab",),
+    ("runtime",),
+    ("train", "eval"),  # the loop evaluates (train/loop.py -> eval.py); eval reads train/metrics.py
+    ("examples",),
+    ("notebooks_run",),
+    ("compare",),
+    ("demo",),
+    ("cluster",),
+    ("widgets",),
+    ("cli",),
+    ("",),  # the top-level rlfactory_nb/__init__.py
+]  # fmt: skip
+"""the layers, lowest first: a module imports only from its own layer or below"""
+LAYERS: dict[str, int] = {name: number for number, names in enumerate(LAYER_ORDER, 1) for name in names}
 
 
 @dataclass(frozen=True)
@@ -42,15 +60,15 @@ class Edge:
     """written inside a function body (imported when the function runs)"""
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(path): path for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts}
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(path, package): path for path in package.rglob("*.py") if "__pycache__" not in path.parts}
 
 
 def imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> set[str]:
@@ -83,8 +101,8 @@ def module_edges(module: str, source: str, is_package: bool, known: set[str]) ->
     return found
 
 
-def edges() -> list[Edge]:
-    known = modules()
+def edges(package: Path = PACKAGE) -> list[Edge]:
+    known = modules(package)
     return [
         edge
         for module, path in known.items()
@@ -92,11 +110,61 @@ def edges() -> list[Edge]:
     ]
 
 
-def layer_of(module: str) -> int:
-    top = module.split(".")[1] if "." in module else ""
-    if top not in LAYERS:
-        raise AssertionError(f"{module} is in no layer: add {top!r} to LAYERS here and to docs/decisions.md")
-    return LAYERS[top]
+def top_name(module: str) -> str:
+    """The package or top-level module `module` belongs to ("" for rlfactory_nb/__init__.py)."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def layer_of(module: str, layers: dict[str, int] = LAYERS) -> int:
+    top = top_name(module)
+    if top not in layers:
+        raise AssertionError(f"{module} is in no layer: add {top!r} to LAYER_ORDER here")
+    return layers[top]
+
+
+def layout_map(package: Path = PACKAGE) -> str:
+    """The layout of `package` by layer, lowest first: a layer's single-file modules on one line, then
+    each of its packages with its modules (a sub-package as `name/`), as docs/decisions.md shows it."""
+    lines = []
+    for number, names in enumerate(LAYER_ORDER, 1):
+        files = [f"{name}.py" if name else "__init__.py (the public API)" for name in names if not (package / name).is_dir() or not name]
+        if files:
+            lines.append(f"({number:>2}) " + " · ".join(files))
+        for name in names:
+            folder = package / name
+            if name and folder.is_dir():
+                inside = sorted(
+                    child.stem if child.suffix == ".py" else f"{child.name}/"
+                    for child in folder.iterdir()
+                    if (child.suffix == ".py" and child.name != "__init__.py")
+                    or (child.is_dir() and (child / "__init__.py").exists())
+                )
+                lines.append(f"({number:>2}) {name}/  " + " · ".join(inside))
+    return "\n".join(_wrapped(line) for line in lines)
+
+
+def _wrapped(line: str, width: int = 110) -> str:
+    """`line` broken at ` · ` to `width` characters, the rest indented under its first module."""
+    indent = " " * (line.index("/  ") + 3 if "/  " in line else 5)
+    out, current = [], ""
+    for part in line.split(" · "):
+        candidate = f"{current} · {part}" if current else part
+        if current and len(candidate) > width:
+            out.append(current + " ·")
+            current = indent + part
+        else:
+            current = candidate
+    return "\n".join([*out, current])
+
+
+DECISIONS = PACKAGE.parent / "docs" / "decisions.md"
+MAP_START, MAP_END = "<!-- layout map: scripts/import_layers.py --write -->\n```\n", "```\n<!-- /layout map -->"
+
+
+def written_map(text: str) -> str:
+    """The layout map as docs/decisions.md writes it."""
+    start = text.index(MAP_START) + len(MAP_START)
+    return text[start : text.index(MAP_END, start)].rstrip("\n")
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -138,6 +206,19 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif child in on_stack:
                 low[node] = min(low[node], index[child])
     return found
+
+
+def test_the_layout_map_in_the_decisions_is_the_codes():
+    assert written_map(DECISIONS.read_text(encoding="utf-8")) == layout_map(), (
+        "docs/decisions.md's layout map is stale: run `python scripts/import_layers.py --write`"
+    )
+
+
+def test_every_package_is_in_a_layer_and_a_layer_holds_one_package():
+    tops = {top_name(module) for module in modules()}
+    assert not tops - set(LAYERS), f"in no layer: {sorted(tops - set(LAYERS))}"
+    shared = [names for names in LAYER_ORDER[1:] if len(names) > 1]
+    assert shared == [("train", "eval")], "a layer of several packages hides the arrows between them"
 
 
 def test_the_graph_is_read():

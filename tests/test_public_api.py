@@ -106,7 +106,10 @@ def test_errors_keep_their_built_in_bases():
     def caught_by(cls: type) -> set[type]:
         return {base for base in STD_BASES if issubclass(cls, base)}
 
-    also = {"JudgeParseError": {RuntimeError}}  # a JudgeError now (issue 40): `except rf.JudgeError` catches it
+    also = {
+        "JudgeParseError": {RuntimeError},  # a JudgeError now (issue 40): `except rf.JudgeError` catches it
+        "RewardLoadError": {ValueError},  # a LoadError now (issue 51): `except rf.errors.LoadError` catches every key's
+    }
     for name, base in BUILT_IN_BASES.items():
         assert issubclass(classes[name], base) and caught_by(classes[name]) == caught_by(base) | also.get(name, set()), name
 

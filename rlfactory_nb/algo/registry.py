@@ -8,13 +8,13 @@ what it is a mean over, which is what gradient accumulation needs to weigh micro
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from torch import Tensor
 
+from rlfactory_nb.code_names import load_object
 from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.errors import ConfigError, RegistryKeyError
 
@@ -116,12 +116,9 @@ def _registered(name: str) -> RegisteredLoss:
 
 
 def _imported(spec: str) -> RegisteredLoss:
-    """`module:function` where the function carries `@register_loss(...)` (importing registers it)."""
-    module_name, _, attribute = spec.partition(":")
-    try:
-        function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise RegistryKeyError(f"policy loss {spec!r}: cannot import it ({error})") from error
+    """`module:function` (or `file.py:function`) where the function carries `@register_loss(...)`
+    (importing registers it); one that loads nothing is a LoadError naming `grpo.loss`."""
+    function = load_object(spec, "grpo.loss", "policy loss")
     for registered in _LOSSES.values():
         if registered.function is function:
             return registered

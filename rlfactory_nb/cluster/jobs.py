@@ -20,7 +20,6 @@ from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig, load_yaml
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.rows import Row
-from rlfactory_nb.data.signing import CONFIG_SIGNATURE_FILE, check_config_signature, names_code
 from rlfactory_nb.errors import (
     ClusterError,
     DriverTimeout,
@@ -31,6 +30,7 @@ from rlfactory_nb.errors import (
 from rlfactory_nb.models.checkpoint import RUN_CONFIG, parse_step
 from rlfactory_nb.models.files import model_folder
 from rlfactory_nb.runtime import Runtime
+from rlfactory_nb.signing import CONFIG_SIGNATURE_FILE, check_config_signature, names_code
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.train.run_folder import TERMINAL_STATES, Checkpoints, RunFolder
 from rlfactory_nb.types import Message, Trajectory
@@ -262,7 +262,7 @@ class TrainingJob:
         `prompt` (text, messages or a dataset row) defaults to the run's first training row. Each turn
         shows the policy version (step) that sampled it. trust_run_objects: use the run folder's
         objects, and the config its last checkpoint kept, even without this user's signature
-        (data/signing.py): both name code the stepper runs."""
+        (signing.py): both name code the stepper runs."""
         cfg = self.config(trust_run_objects)
         objects = RunObjects.load(self.run_dir, trust_run_objects)
         shared = SharedToolCache(cfg.name) if not self.done else None  # a live job's tool cache, joined
@@ -272,7 +272,7 @@ class TrainingJob:
     def config(self, trust_run_objects: bool = False) -> RunConfig:
         """The run's config: the driver's while it lives, else the one saved with the last checkpoint,
         refused (UntrustedRunObjects) unless it carries this user's signature or `trust_run_objects`:
-        a run built from it runs the code it names (data/signing.py)."""
+        a run built from it runs the code it names (signing.py)."""
         live = self._ask("run_config")
         if live is not None:
             return RunConfig.from_dict(live)

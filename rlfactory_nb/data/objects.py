@@ -57,7 +57,9 @@ from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.pickling import pickled_by_value, transfer_problem
 from rlfactory_nb.data.readable import keep_source, own_name, readable_source, source_listing, user_modules
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.data.signing import (
+from rlfactory_nb.envs.factory import env_factory
+from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError
+from rlfactory_nb.signing import (
     CONFIG_SIGNATURE_FILE,
     PICKLE_FILE,
     SIGNATURE_FILE,
@@ -66,8 +68,6 @@ from rlfactory_nb.data.signing import (
     read_signature,
     write_signature,
 )
-from rlfactory_nb.envs.factory import env_factory
-from rlfactory_nb.errors import ArgumentTypeError, ObjectTransferError
 from rlfactory_nb.storage import Storage, is_uri, join
 from rlfactory_nb.tools.config import ToolsFile
 

@@ -10,7 +10,8 @@ environment turns into its first message; such a row has `messages` [] here). So
 - `synthetic:calculator` / `synthetic:calculator-heldout`: the embedded calculator task (disjoint
   seeds, so held-out questions are never trained on); likewise `synthetic:nl2sql` (questions with
   gold SQL over the example's generated database, recipes/nl2sql), `synthetic:gsm8k` (GSM8K-style
-  word problems, recipes/gsm8k) and their `-heldout` splits;
+  word problems, recipes/gsm8k) and their `-heldout` splits, each registered by the recipe that
+  makes it (`register_synthetic`; rlfactory_nb/recipes/synthetic.py);
 - a `.jsonl` or `.parquet` file whose rows have `messages` (a list of chat messages) or `prompt` (a
   string, taken as one user message, or a list of messages) and `ground_truth`; other columns are
   kept and reach reward functions as `sample.metadata` (and an environment's `reset` as the row).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import itertools
 import json
 import random
@@ -38,22 +40,30 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rlfactory_nb.errors import DatasetError
-from rlfactory_nb.models.presets import calculator
-from rlfactory_nb.recipes.gsm8k import synthetic as gsm8k
-from rlfactory_nb.recipes.nl2sql import data as nl2sql
 
 Row = dict[str, Any]
 
-SYNTHETIC_SOURCES: dict[str, Callable[[int], list[Row]]] = {
-    "synthetic:calculator": functools.partial(calculator.dataset, "train"),
-    "synthetic:calculator-heldout": functools.partial(calculator.dataset, "heldout"),
-    "synthetic:nl2sql": functools.partial(nl2sql.dataset, "train"),
-    "synthetic:nl2sql-heldout": functools.partial(nl2sql.dataset, "heldout"),
-    "synthetic:gsm8k": functools.partial(gsm8k.dataset, "train"),
-    "synthetic:gsm8k-heldout": functools.partial(gsm8k.dataset, "heldout"),
-}
+SYNTHETIC_SOURCES: dict[str, Callable[[int], list[Row]]] = {}
 """generated datasets by name, each called with how many rows to make (a generator with fewer
-distinct questions gives all it has)"""
+distinct questions gives all it has); filled by `register_synthetic`"""
+RECIPES = "rlfactory_nb.recipes.synthetic"
+"""the module whose import registers the package's own generated datasets; imported by name on first
+use (as `_views` reaches the widgets), so that data/ never imports a recipe"""
+
+
+def register_synthetic(name: str, make: Callable[[str, int], list[Row]]) -> None:
+    """Make `synthetic:NAME` load `make("train", n)` and `synthetic:NAME-heldout` `make("heldout", n)`:
+    a recipe (or a user's module) registers the dataset it generates."""
+    SYNTHETIC_SOURCES[f"synthetic:{name}"] = functools.partial(make, "train")
+    SYNTHETIC_SOURCES[f"synthetic:{name}-heldout"] = functools.partial(make, "heldout")
+
+
+def synthetic_sources() -> dict[str, Callable[[int], list[Row]]]:
+    """Every registered generated dataset, the recipes' own included."""
+    importlib.import_module(RECIPES)
+    return SYNTHETIC_SOURCES
+
+
 FILE_SUFFIXES = (".jsonl", ".parquet", ".json", ".csv")
 SYNTHETIC_TRAIN_SIZE = 20_000
 """questions in the synthetic training set (cheap to make; larger than any run's steps x prompts)"""
@@ -73,15 +83,15 @@ def load_rows(source: Any, limit: int | None = None, what: str = "dataset") -> l
     if not isinstance(source, (str, Path)):
         return rows_from_object(source, limit, what)
     source = str(source)
-    if source in SYNTHETIC_SOURCES:
-        return SYNTHETIC_SOURCES[source](limit if limit is not None else SYNTHETIC_TRAIN_SIZE)
     if source.startswith("synthetic:"):
-        raise DatasetError(f"unknown synthetic dataset {source!r}; known: {', '.join(SYNTHETIC_SOURCES)}")
+        if source not in synthetic_sources():
+            raise DatasetError(f"unknown synthetic dataset {source!r}; known: {', '.join(SYNTHETIC_SOURCES)}")
+        return SYNTHETIC_SOURCES[source](limit if limit is not None else SYNTHETIC_TRAIN_SIZE)
     path = Path(source)
     if path.suffix not in FILE_SUFFIXES and not path.is_dir():
         raise DatasetError(
             f"dataset {source!r}: expected a .jsonl, .json, .csv or .parquet file, a folder written by "
-            f"Dataset.save_to_disk, or one of {', '.join(SYNTHETIC_SOURCES)}"
+            f"Dataset.save_to_disk, or one of {', '.join(synthetic_sources())}"
         )
     rows = [to_row(record, where) for where, record in read_records(path, limit)]
     if not rows:

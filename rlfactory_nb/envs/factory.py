@@ -16,14 +16,13 @@ episode fails in create with an error that names `trl_env` (rollout/episode.py).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
+from rlfactory_nb.code_names import load_object
 from rlfactory_nb.envs.adapters.trl import trl_env
 from rlfactory_nb.envs.base import EnvFactory, Environment
-from rlfactory_nb.errors import ArgumentTypeError, ConfigError
-from rlfactory_nb.extras import extra_hint
+from rlfactory_nb.errors import ArgumentTypeError
 
 
 def env_factory(spec: Any) -> EnvFactory:
@@ -34,7 +33,7 @@ def env_factory(spec: Any) -> EnvFactory:
     True
     """
     if isinstance(spec, str):
-        spec = _load(spec)
+        spec = load_object(spec, "rollout.env", "environment", kind="class")
     if isinstance(spec, Environment) or (not callable(spec) and callable(getattr(spec, "reset", None))):
         raise ArgumentTypeError(
             f"env= takes a class or a zero-argument factory, not an instance ({type(spec).__name__}): "
@@ -72,18 +71,3 @@ def _required_arguments(cls: type) -> list[str]:
         return []
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return [p.name for p in parameters if p.default is p.empty and p.kind in kinds]
-
-
-def _load(target: str) -> Any:
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"rollout.env {target!r}: expected 'module:Class', e.g. 'examples.shop.env:Shop'")
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(f"rollout.env {target!r}: cannot import {module_name!r}: {error}{extra_hint(error)}") from error
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise ConfigError(f"rollout.env {target!r}: module {module_name!r} has no attribute {attribute!r}")
-        value = getattr(value, part)
-    return value

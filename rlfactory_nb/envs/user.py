@@ -29,7 +29,7 @@ from rlfactory_nb.engines.chat_client import chat_client
 from rlfactory_nb.engines.chat_types import ChatClient, ChatSettings
 from rlfactory_nb.envs.base import Environment, Response
 from rlfactory_nb.errors import ConfigError
-from rlfactory_nb.rollout.seeds import request_seed
+from rlfactory_nb.seeds import request_seed
 from rlfactory_nb.types import Message, Turn
 
 STOP = "###STOP###"

@@ -9,7 +9,7 @@ Layout under `runs/<name>/checkpoints/`:
                             `rlfactory-nb export` writes the merged folder.
         trainer_state.pt    step, optimizer state, RNG states (python, numpy, torch)
         run_config.yaml     the run config that produced it
-        run_config.sig.json its signature with this user's key (data/signing.py): a run is built
+        run_config.sig.json its signature with this user's key (signing.py): a run is built
                             from a folder's config only when it checks out (`job.stepper()`)
         digests.json        the SHA-256 of every other file, checked before anything is loaded;
                             a file it does not list is refused (it could be an added adapter);
@@ -49,10 +49,10 @@ import numpy as np
 import torch
 from numpy._core.multiarray import _reconstruct  # how numpy arrays unpickle (numpy >= 2)
 
-from rlfactory_nb.data.signing import CONFIG_SIGNATURE_FILE, config_signature
 from rlfactory_nb.errors import CheckpointError
 from rlfactory_nb.local_files import read_regular, write_atomic
-from rlfactory_nb.models.reasoning_mode import record_mode, trained_mode
+from rlfactory_nb.reasoning_mode import record_mode, thinking_mode
+from rlfactory_nb.signing import CONFIG_SIGNATURE_FILE, config_signature
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -224,8 +224,7 @@ def _write_folder(
     torch.save(state, folder / TRAINER_STATE)
     if config is not None:
         text = config.to_yaml(folder / RUN_CONFIG)
-        given = config.rollout.enable_thinking
-        record_mode(folder, trained_mode(config.model.name) if given is None else given)
+        record_mode(folder, thinking_mode(config))
     write_digests(folder)
     if config is not None:  # unlisted: loading the checkpoint as a model never reads it
         (folder / CONFIG_SIGNATURE_FILE).write_text(config_signature(text), encoding="utf-8")

@@ -30,17 +30,17 @@ from typing import Any
 
 from rlfactory_nb._threads import in_thread
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
+from rlfactory_nb.code_names import load_object
 from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError, DatasetError
 from rlfactory_nb.programs.assembly import Episode, assemble
 from rlfactory_nb.programs.endpoint import Endpoint
 from rlfactory_nb.programs.handle import CALLER, LLM, ProgramSettings
 from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
-from rlfactory_nb.rewards.loading import RewardLoadError, load_reward
-from rlfactory_nb.rollout.agent import thinking_mode
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.reasoning_mode import thinking_mode
 from rlfactory_nb.rollout.session import new_trajectory_id
 from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens, thinks_by_default
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.types import Message, Trajectory, Turn
 
 ProgramFunction = Callable[[dict[str, Any], "LLM"], Awaitable[Any] | Any]
@@ -63,7 +63,7 @@ class AgentProgram:
         """`fn(row, llm) -> answer` (async, or a plain function run in a thread), or "module:function";
         `policy` or `engine` may be left out where a run brings the engine; `options` are
         ProgramSettings fields, or max_calls / max_new_tokens / max_total_tokens (the limits)."""
-        self.fn = _load(fn) if isinstance(fn, str) else fn
+        self.fn = load_object(fn, "rollout.program", "agent program") if isinstance(fn, str) else fn
         if not callable(self.fn):
             raise ArgumentTypeError(f"AgentProgram needs a function fn(row, llm), got a {type(fn).__name__}")
         self.policy = policy
@@ -379,10 +379,3 @@ def _with_options(settings: ProgramSettings, options: dict[str, Any]) -> Program
     settings = replace(settings, **options)
     return replace(settings, limits=replace(settings.limits, **limits)) if limits else settings
 
-
-def _load(spec: str) -> ProgramFunction:
-    try:
-        return load_reward(spec)
-    except RewardLoadError as error:
-        message = str(error).replace(f"reward spec {spec!r}: ", "")
-        raise ConfigError([f"rollout.program {spec!r} (the agent program): {message}"]) from None

@@ -40,8 +40,8 @@ from rlfactory_nb.programs.wire import (
     to_template_messages,
 )
 from rlfactory_nb.rollout.guard import admitted
-from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools.config import ToolSetSettings
 from rlfactory_nb.types import Message, ToolCall, Turn
 

@@ -25,7 +25,6 @@ while waiting for a worker, it leaves the queue; while its worker computes, the 
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb._threads import abandoned
+from rlfactory_nb.code_names import load_object
 from rlfactory_nb.errors import ConfigError, RewardTimeout, RewardWorkerError
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds rlfactory_nb/
@@ -209,19 +209,12 @@ def serve() -> None:
         request = json.loads(line)
         _limit_cpu(request["cpu_s"])
         try:
-            reply = json.dumps({"result": _resolve(request["function"])(*request["args"])})
+            function = load_object(request["function"], "worker request", "checker function")
+            reply = json.dumps({"result": function(*request["args"])})
         except Exception as exc:  # noqa: BLE001  (reported to the caller, which raises it)
             reply = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
         replies.write(reply + "\n")
         replies.flush()
-
-
-def _resolve(name: str) -> Callable[..., Any]:
-    module, _, qualname = name.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found
 
 
 def _limit_cpu(seconds: float) -> None:

@@ -21,7 +21,7 @@ the special tokens decoding keeps, the template's history rewriting) comes from 
 (rlfactory_nb/chat/), named or read off the tokenizer's template (`chat_format="auto"`).
 
 A trajectory started with a `SampleId` (what the trainer's rollouts pass) seeds each turn's request
-from that id and the turn index (rollout/seeds.py), so it samples the same tokens however the
+from that id and the turn index (seeds.py), so it samples the same tokens however the
 engine schedules it; without one, requests keep the agent's `sampling.seed` (None: the engine's own
 generator).
 """
@@ -41,11 +41,11 @@ from rlfactory_nb.engines.base import Engine, SamplingParams
 from rlfactory_nb.envs.base import ToolSetEnvironment
 from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
-from rlfactory_nb.models.reasoning_mode import trained_mode
+from rlfactory_nb.reasoning_mode import trained_mode
 from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
-from rlfactory_nb.rollout.seeds import EnvSeed, SampleId
 from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
 from rlfactory_nb.rollout.tokens import DriftMode, drift_check, prompt_opens, thinks_by_default
+from rlfactory_nb.seeds import EnvSeed, SampleId
 from rlfactory_nb.tools.config import ToolSetSettings
 from rlfactory_nb.tools.validate import cut_text
 from rlfactory_nb.types import Message, ToolResult, ToolSpec, Trajectory, Turn
@@ -129,7 +129,7 @@ class Agent:
         if env_seed not in ("group", "sample"):
             raise ConfigError(f'env_seed must be "group" or "sample", got {env_seed!r}')
         self.env_seed: EnvSeed = env_seed
-        """what a named trajectory's reset seed is shared by (rollout/seeds.py): its group, or nothing"""
+        """what a named trajectory's reset seed is shared by (seeds.py): its group, or nothing"""
         self.episode_stats = EpisodeStats()
         """episodes opened and closed, environment errors by kind, environment and user time"""
         self.open_episodes: dict[str, Episode] = {}

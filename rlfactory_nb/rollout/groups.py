@@ -5,7 +5,7 @@ tools). Nothing waits for a whole turn of the batch to finish, which is what let
 overlap with generation.
 
 Given `sample_ids`, each trajectory is named (prompt, sample) and seeds its requests from that name
-(rollout/seeds.py), so the tokens it samples do not depend on the order the tasks happen to run in.
+(seeds.py), so the tokens it samples do not depend on the order the tasks happen to run in.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from rlfactory_nb.rollout.agent import Agent
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.types import Trajectory
 
 

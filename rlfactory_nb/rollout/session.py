@@ -28,8 +28,8 @@ from rlfactory_nb.errors import DatasetError, EpisodeError
 from rlfactory_nb.rollout import env_returns
 from rlfactory_nb.rollout.episode import Episode, env_error_record
 from rlfactory_nb.rollout.guard import admitted
-from rlfactory_nb.rollout.seeds import RESET_TURN, SampleId, request_seed
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
+from rlfactory_nb.seeds import RESET_TURN, SampleId, request_seed
 from rlfactory_nb.types import FinishReason, Message, Trajectory, Turn
 
 Prompt = Sequence[Message] | Mapping[str, Any]

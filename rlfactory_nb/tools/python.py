@@ -27,7 +27,6 @@ than killing it, and an abandoned thread no longer counts against the pool.
 from __future__ import annotations
 
 import enum
-import importlib
 import inspect
 import json
 import re
@@ -38,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlfactory_nb._threads import in_thread
-from rlfactory_nb.errors import ArgumentTypeError, ConfigError
+from rlfactory_nb.code_names import load_object
+from rlfactory_nb.errors import ArgumentTypeError
 from rlfactory_nb.types import ToolSpec
 
 
@@ -102,24 +102,10 @@ def as_python_tool(obj: Any, name: str | None = None, description: str | None = 
     return tool(obj, name=name, description=description)
 
 
-def load_function(target: str) -> Any:
-    """Import "package.module:function" (a dotted attribute path after the colon is allowed)."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(
-            f"function tool {target!r}: expected 'module:function', e.g. 'mypackage.tools:search'"
-        )
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"function tool {target!r}: cannot import module {module_name!r}: {exc}") from exc
-    for part in attribute.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(
-                f"function tool {target!r}: module {module_name!r} has no attribute {attribute!r}"
-            )
-        obj = getattr(obj, part)
-    return obj
+def load_function(target: str, key: str = "functions") -> Any:
+    """The function "package.module:function" or "path/to/file.py:function" names (`key`: the tools
+    file's entry that named it, for the error)."""
+    return load_object(target, key, "function tool")
 
 
 def result_text(value: Any) -> str:

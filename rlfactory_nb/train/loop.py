@@ -49,8 +49,8 @@ from rlfactory_nb.programs.assembly import expand_segments, program_metrics
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import Runtime, check_names
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray

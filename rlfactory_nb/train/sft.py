@@ -38,8 +38,8 @@ from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
 from rlfactory_nb.rollout.agent import thinking_mode
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import Runtime, check_names
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.train.backends import make_backend
 from rlfactory_nb.train.metrics import MetricsWriter, read_metrics
 from rlfactory_nb.train.run_folder import RunFolder

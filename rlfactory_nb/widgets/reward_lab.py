@@ -1,7 +1,7 @@
 """RewardLabView (`lab.view()`): a RewardLab's warnings, per-sample table, score histograms, the
 advantages each sample would get, and any sample's trajectory.
 
-The lab itself (sampling, scoring, the table, the warnings) is rlfactory_nb/rewards/lab.py; this view
+The lab itself (sampling, scoring, the table, the warnings) is rlfactory_nb/reward_lab.py; this view
 only draws it, and redraws after every `lab.rescore`.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from rlfactory_nb._views import html_table
-from rlfactory_nb.rewards.lab import RewardLab
+from rlfactory_nb.reward_lab import RewardLab
 from rlfactory_nb.widgets._base import StaticFallback, figure_html
 from rlfactory_nb.widgets.controls import selector, set_options
 from rlfactory_nb.widgets.front_end import figure_widget

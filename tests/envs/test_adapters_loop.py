@@ -24,7 +24,7 @@ from rlfactory_nb.envs.adapters import (
     trl_env,
 )
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
 
 from .test_adapters import Counter
 from .test_adapters_openenv import GUESS_APP, openenv_available

@@ -87,6 +87,6 @@ async def test_the_given_environment_wins_over_rollout_env_and_over_the_kept_one
 async def test_a_bad_env_fails_before_any_rollout_as_train_sync_says(engine):
     with pytest.raises(ArgumentTypeError, match=r"env=Graded rather than env=Graded\(\)"):
         await evaluate(engine, ROWS, RunConfig(name="eval-env"), env=Graded())
-    with pytest.raises(ConfigError, match="cannot import 'no_such_module'"):
+    with pytest.raises(ConfigError, match="rollout.env: environment 'no_such_module:Shop': cannot import module 'no_such_module'"):
         await evaluate(engine, ROWS, RunConfig(name="eval-env"), env="no_such_module:Shop")
     assert not engine.prompts

@@ -16,7 +16,7 @@ from rlfactory_nb.envs.adapters import textarena_env
 from rlfactory_nb.envs.base import Reset
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.types import Sample
 
 TICKETS = itertools.count(1)

@@ -10,7 +10,7 @@ import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rlfactory_nb.models.reasoning_mode import MODE_FILE, trained_mode
+from rlfactory_nb.reasoning_mode import MODE_FILE, trained_mode
 
 
 @pytest.mark.parametrize("plant", ["symlink", "fifo", "huge", "deep", "invalid-utf8", "not-a-bool", "a-list"])

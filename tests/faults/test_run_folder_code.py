@@ -13,13 +13,13 @@ from tiny_models import random_qwen3
 
 from rlfactory_nb.cluster.jobs import TrainingJob
 from rlfactory_nb.data.objects import RunObjects, trust_run_folder
-from rlfactory_nb.data.signing import sign_file
 from rlfactory_nb.envs.base import Environment
 from rlfactory_nb.errors import UntrustedRunObjects
 from rlfactory_nb.models.checkpoint import save_checkpoint
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.programs.program import AgentProgram
-from rlfactory_nb.rewards.lab import RewardLab
+from rlfactory_nb.reward_lab import RewardLab
+from rlfactory_nb.signing import sign_file
 from rlfactory_nb.train.run_folder import RunFolder
 
 

@@ -11,9 +11,9 @@ import pytest
 
 import rlfactory_nb as rf
 from rlfactory_nb.data.objects import RunObjects, trust_run_folder
-from rlfactory_nb.data.signing import key_file
 from rlfactory_nb.errors import UntrustedRunObjects
 from rlfactory_nb.eval import evaluate
+from rlfactory_nb.signing import key_file
 from rlfactory_nb.train.loop import Trainer, train
 
 

@@ -148,17 +148,15 @@ DYNAMIC_IMPORTS = {
     ("__init__.py", "import_module"),  # lazy attributes of rlfactory_nb itself
     ("cluster/__init__.py", "import_module"),  # lazy attributes of rlfactory_nb.cluster, from its constant table
     ("tools/__init__.py", "import_module"),  # lazy attributes of rlfactory_nb.tools, from its constant table
-    ("envs/factory.py", "import_module"),  # rollout.env given as module:Class in the run config
-    ("rewards/loading.py", "import_module"),  # reward.function from the run config
-    ("rewards/loading.py", "exec_module"),  # reward.function given as a file path in the run config
-    ("tools/python.py", "import_module"),  # functions: entries of the tools config
-    ("algo/registry.py", "import_module"),  # grpo.loss given as module:function in the run config
+    ("code_names.py", "import_module"),  # the code a run config names: reward.function, rollout.env,
+    # rollout.program, grpo.loss, a tools file's functions:, and a checker worker's function
+    ("code_names.py", "exec_module"),  # the same, given as `path/to/file.py:name`
     ("cli/__init__.py", "import_module"),  # a subcommand's own module, named in the CLI itself
     ("train/backends.py", "import_module"),  # a backend's module from the constant BACKEND_MODULES
     ("cluster/shipping.py", "import_module"),  # the package launch staged the config's files into
+    ("models/presets/__init__.py", "import_module"),  # the constant RECIPE_PRESETS: a recipe's preset builder
+    ("data/rows.py", "import_module"),  # the constant RECIPES, whose import registers the synthetic datasets
     ("_views.py", "import_module"),  # the constant "rlfactory_nb.widgets", when a view is asked for
-    ("rewards/isolated.py", "import_module"),  # a checker worker resolves the function object its parent
-    # named in code (math_verify's own checker); never text from a config, a tool or the model
 }
 PROCESS_STARTERS = {
     "subprocess": {"Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},

@@ -14,7 +14,7 @@ from rollout.scripted import ScriptedEngine  # tests/ is on sys.path
 
 from rlfactory_nb.cluster.jobs import TrainingJob
 from rlfactory_nb.eval import EvalComparison, EvalReport, EvalRow
-from rlfactory_nb.rewards.lab import RewardLab
+from rlfactory_nb.reward_lab import RewardLab
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.tools import ToolSet
 from rlfactory_nb.train.run_folder import RunFolder

@@ -99,7 +99,7 @@ def test_from_a_run_config_with_arguments(rm_dir):
 
 
 async def test_usable_in_the_reward_lab(rm_dir):
-    from rlfactory_nb.rewards.lab import RewardLab
+    from rlfactory_nb.reward_lab import RewardLab
 
     rm = reward_model(rm_dir, device="cpu")
     lab = RewardLab(

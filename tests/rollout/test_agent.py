@@ -12,7 +12,7 @@ from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.rollout.agent import Agent, DriftError
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools import ToolSet
 
 from .scripted import ScriptedEngine

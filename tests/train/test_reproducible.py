@@ -1,6 +1,6 @@
 """One seed, one run: two in-process runs of the calculator config (tiny-calculator, its tools,
 several turns) sample the same tokens and score the same rewards, and a run resumed after step 1
-goes on with the seeds the uninterrupted one used (rollout/seeds.py).
+goes on with the seeds the uninterrupted one used (seeds.py).
 
 Weights agree to float noise, not bitwise: the hf engine's logprobs (the old logprobs of the
 policy ratio) depend by ~1e-7 on which requests happened to share its batch (other padding, other

@@ -12,7 +12,8 @@ import rlfactory_nb as rf
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.rollout.agent import Agent, thinking_mode
+from rlfactory_nb.reasoning_mode import thinking_mode
+from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.tokens import thinks_by_default
 
 REWARD = Path(__file__).resolve().parent / "scripted_rewards.py"
@@ -75,7 +76,7 @@ def test_a_model_folder_keeps_the_mode_it_was_trained_in(model_dir, tmp_path):
     """A checkpoint (or a warm-start's output) records its run's mode: a run naming that folder with
     `enable_thinking` unset prompts it as it was trained, not by the template's default."""
     from rlfactory_nb.models.checkpoint import save_checkpoint
-    from rlfactory_nb.models.reasoning_mode import trained_mode
+    from rlfactory_nb.reasoning_mode import trained_mode
 
     tokenizer = build_tokenizer()
     model = random_qwen3()

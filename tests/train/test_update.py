@@ -110,7 +110,7 @@ def test_a_loss_declares_its_reduction_and_an_undeclared_one_is_refused():
     assert get_loss(f"{__name__}:token_mean_loss") is token_mean_loss
     with pytest.raises(KeyError, match="not registered: decorate it with @register_loss"):
         get_loss(f"{__name__}:unregistered_loss")
-    with pytest.raises(KeyError, match="cannot import"):
+    with pytest.raises(ImportError, match="grpo.loss: policy loss .no_such_module_here:loss.: cannot import"):
         get_loss("no_such_module_here:loss")
     with pytest.raises(ValueError, match="'sequence' or 'token'"):
         register_loss("bad", reduction="batch")

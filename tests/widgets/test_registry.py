@@ -30,7 +30,7 @@ def test_core_modules_never_import_a_widget_module():
 
 def test_importing_the_core_loads_no_widget_library():
     code = (
-        "import sys, rlfactory_nb.types, rlfactory_nb.eval, rlfactory_nb.rewards.lab, rlfactory_nb.tools.toolset, "
+        "import sys, rlfactory_nb.types, rlfactory_nb.eval, rlfactory_nb.reward_lab, rlfactory_nb.tools.toolset, "
         "rlfactory_nb.cluster.jobs; print(sorted(m for m in ('ipywidgets', 'plotly', 'rlfactory_nb.widgets') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,8 +1,8 @@
-"""RewardLabView: draws the lab (rewards/lab.py), redraws after a rescore, and opens with every
+"""RewardLabView: draws the lab (reward_lab.py), redraws after a rescore, and opens with every
 selector labelled in full and a choice made."""
 
+from rlfactory_nb.reward_lab import RewardLab
 from rlfactory_nb.rewards import exact_match
-from rlfactory_nb.rewards.lab import RewardLab
 from rlfactory_nb.widgets.reward_lab import RewardLabView
 
 from .conftest import CALL, scripted_agent

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import importlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -24,16 +25,18 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory_nb.errors import RegistryKeyError
 from rlfactory_nb.models.node import ModelFilesError, forbid_preset_builds, node_name
-from rlfactory_nb.models.presets import calculator, guess
+from rlfactory_nb.models.presets import calculator
 from rlfactory_nb.models.presets.shipped import ship, shipped_folder, unusable_because
 from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, chat_template
 from rlfactory_nb.models.presets.warmstart import WarmStartConfig, save_build, warm_start
 from rlfactory_nb.node_cache import package_cache
 
 PRESETS = ("tiny-calculator", "tiny-guess")
-"""tiny-guess is tiny-calculator warm-started on the guessing game (guess.py)"""
-THINKING = {"tiny-calculator": False, "tiny-guess": False}
-"""each preset's reasoning mode: the one its warm start trained (`rollout.enable_thinking` unset)"""
+"""tiny-guess is tiny-calculator warm-started on the guessing game (recipes/guess/preset.py)"""
+RECIPE_PRESETS = {"tiny-guess": "rlfactory_nb.recipes.guess.preset"}
+"""presets warm-started on a recipe's task, each built by a module of its recipe (its `recipe()` and
+`build(path, start, log)`); imported by name, as `_views` reaches the widgets, since models/ sits
+below recipes/"""
 RECIPE_VERSION = 4  # bump when the recipe changes in code (data, curriculum), not only in config
 
 
@@ -79,8 +82,8 @@ def recipe_hash(warm: WarmStartConfig = DEFAULT_WARM_START) -> str:
 def preset_hash(name: str) -> str:
     """The recipe hash preset `name` is built from: tiny-guess's covers the tiny-calculator weights it
     starts from and its own game and warm-start."""
-    if name == "tiny-guess":
-        recipe = {"from": recipe_hash(), "guess": guess.recipe()}
+    if name in RECIPE_PRESETS:
+        recipe = {"from": recipe_hash(), "guess": _recipe_preset(name).recipe()}  # "guess": the key the shipped hash used
         return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return recipe_hash()
 
@@ -113,9 +116,13 @@ def cached_preset(name: str, log: Callable[[str], None] = print) -> Path:
     path = cache_dir() / f"{name}-{preset_hash(name)}"
     if (path / "config.json").exists():
         return path
-    if name == "tiny-guess":
-        return guess.build_tiny_guess(path, preset_path("tiny-calculator", log=log), log=log)
+    if name in RECIPE_PRESETS:
+        return _recipe_preset(name).build(path, preset_path("tiny-calculator", log=log), log=log)
     return build_tiny_calculator(path, log=log)
+
+
+def _recipe_preset(name: str):
+    return importlib.import_module(RECIPE_PRESETS[name])
 
 
 def _check_name(name: str) -> None:

@@ -10,8 +10,8 @@ from rollout.scripted import ScriptedEngine  # tests/ is on sys.path (rootdir-re
 from widgets.conftest import CALL, add, scripted_agent
 
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+from rlfactory_nb.reward_lab import LabWarnings, RewardLab
 from rlfactory_nb.rewards import exact_match, group_reward
-from rlfactory_nb.rewards.lab import LabWarnings, RewardLab
 from rlfactory_nb.tools import ToolSet
 
 ROWS = [

@@ -10,7 +10,7 @@ fewer guesses and never runs out, which the reward pays for: the room GRPO has t
 
     rlfactory-nb preset build tiny-guess      # about 40 s on 2 cores, deterministic
 
-The games are encoded as the tiny preset's rollouts are (non-thinking: `presets.THINKING`).
+The games are encoded as the tiny preset's rollouts are (non-thinking: `reasoning_mode.THINKING`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def teacher_game(rng: random.Random, row: dict) -> list[Message]:
     return messages
 
 
-def build_tiny_guess(
+def build(
     path: Path, source: Path, warm: GuessWarmStart = GuessWarmStart(), log: Callable[[str], None] = print
 ) -> Path:
     """Warm-start a copy of `source` (the tiny-calculator folder) on teacher games; save it to `path`."""

@@ -34,11 +34,11 @@ from rlfactory_nb.algo.advantages import group_advantages, zero_variance_groups
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.data.readable import source_listing
 from rlfactory_nb.data.rows import Row, load_rows
-from rlfactory_nb.data.signing import check_file, sign_file
 from rlfactory_nb.errors import ConfigError, LabNotSampled, RegistryKeyError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
+from rlfactory_nb.signing import check_file, sign_file
 from rlfactory_nb.types import Sample, Trajectory
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class RewardLab:
     @staticmethod
     def load_reward(path: str | Path, if_missing: Any = FileNotFoundError, trust_run_objects: bool = False) -> Any:
         """What `save_reward` wrote, when this user's signature is beside it (`<path>.sig.json`, the
-        run folders' rule: data/signing.py) or `trust_run_objects`: unpickling runs its code. When
+        run folders' rule: signing.py) or `trust_run_objects`: unpickling runs its code. When
         there is no such file, `if_missing` (e.g. None: use the config's reward) unless it is the default."""
         path = Path(path)
         if not path.exists() and if_missing is not FileNotFoundError:
