@@ -90,7 +90,7 @@ def segments_of(calls: Sequence[CallRecord]) -> tuple[list[Segment], int]:
 
 
 @dataclass(frozen=True)
-class Episode:
+class ProgramOutcome:
     """How a program's episode ended, beside its calls."""
 
     messages: list[Message]
@@ -102,7 +102,9 @@ class Episode:
     limit_hit: str | None = None
 
 
-def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, traj_id: str, drift: str = "warn") -> Trajectory:
+def assemble(
+    serving: Serving, calls: Sequence[CallRecord], episode: ProgramOutcome, traj_id: str, drift: str = "warn"
+) -> Trajectory:
     """The episode's Trajectory (module docstring)."""
     segments, merged = segments_of(calls)
     ordered = sorted(calls, key=lambda c: c.index)
@@ -142,7 +144,7 @@ def _render_prompt(serving: Serving, messages: list[Message]) -> list[int]:
     return prompt_ids(serving.tokenizer, messages, None, serving.enable_thinking, chat_format=serving.chat_format, trusted=messages)
 
 
-def _finish(calls: Sequence[CallRecord], episode: Episode) -> FinishReason:
+def _finish(calls: Sequence[CallRecord], episode: ProgramOutcome) -> FinishReason:
     if episode.limit_hit in ("max_turns", "length"):  # the program's error then is the refused call
         return episode.limit_hit  # type: ignore[return-value]
     if episode.error is not None:
