@@ -113,3 +113,51 @@ async def test_every_rollout_setting_reaches_a_program_through_the_runtime(tiny_
     question = [{"role": "user", "content": "What is 12+30?"}]
     rendered = tiny_policy.tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
     assert tiny_policy.tokenizer.decode(engine.prompts[0]) == rendered
+
+
+class RewardingUser(Environment):
+    """Answers the model's first reply with a reward for it: 0.5 when it was "good"."""
+
+    def respond(self, turn):
+        from rlfactory_nb.envs.base import Response
+
+        return Response([{"role": "user", "content": "Now summarize."}], reward=0.5 if "good" in turn.text else 0.0)
+
+
+async def answer_then_summarize(row, llm):
+    """Call 0 on the row, the user's answer, then call 1 on a rewritten history: two segments."""
+    client = llm.client()
+    first = (await client.chat.completions.create(model=llm.model, messages=row["messages"])).choices[0].message.content
+    await llm.respond()
+    rewritten = [{"role": "user", "content": f"You said {first!r}; summarize."}]
+    return (await client.chat.completions.create(model=llm.model, messages=rewritten)).choices[0].message.content
+
+
+def test_per_turn_advantages_train_every_segment_of_a_program_by_hand(replay):
+    """grpo.advantage: turn with a program: call k's tokens get turn k's advantage in whichever
+    segment they landed. Episode a: turn rewards [0.5 (the user's), 1.0 - 0.5] -> to-go [1.0, 0.5];
+    episode b: [0.0, 0.0] -> [0.0, 0.0]; the group's mean return 0.5, unscaled: a [0.5, 0.0], b [-0.5, -0.5]."""
+    import asyncio
+
+    import torch
+
+    from rlfactory_nb.programs import expand_segments
+    from rlfactory_nb.rewards.runner import RewardOutcome
+    from rlfactory_nb.train.credit import assign_credit
+
+    player, engine = replay(["good", "one", "bad", "two"], answer_then_summarize, env=RewardingUser)
+
+    async def both():
+        return [await player.rollout({"messages": [{"role": "user", "content": "hi"}]}) for _ in range(2)]
+
+    a, b = asyncio.run(both())
+    assert [len(t.metadata["segments"]) for t in (a, b)] == [1, 1] and [t.num_turns for t in (a, b)] == [2, 2]
+    assert (a.turns[0].env_reward, b.turns[0].env_reward) == (0.5, 0.0)
+    outcomes = [[RewardOutcome("a", 1.0), RewardOutcome("b", 0.0)]]
+    advantages = assign_credit("turn", [[a, b]], torch.tensor([[1.0, 0.0]]), outcomes, scale=False)
+    rows, per_row = expand_segments([a, b], advantages)
+    assert [r.id for r in rows] == [f"{a.id}/segment0", a.id, f"{b.id}/segment0", b.id]
+    expected = [0.5, 0.0, -0.5, -0.5]  # call 0 (the earlier segment), then call 1 (the last), per episode
+    for row, values, value in zip(rows, per_row, expected):
+        assert len(values) == len(row.response_ids) and sum(row.loss_mask) > 0
+        assert values == [value if mask else 0.0 for mask in row.loss_mask]
