@@ -9,14 +9,14 @@ from rlfactory_nb.programs.endpoint import Endpoint
 from rlfactory_nb.programs.handle import LLM, EpisodeTools, ProgramSettings
 from rlfactory_nb.programs.play import ProgramSession
 from rlfactory_nb.programs.program import AgentProgram
-from rlfactory_nb.programs.sessions import CallRecord, EpisodeSession
+from rlfactory_nb.programs.sessions import CallRecord, CallSession
 
 __all__ = [
     "LLM",
     "AgentProgram",
     "CallRecord",
+    "CallSession",
     "Endpoint",
-    "EpisodeSession",
     "EpisodeTools",
     "ProgramSession",
     "ProgramSettings",

@@ -29,7 +29,7 @@ from rlfactory_nb.errors import DatasetError, EpisodeError
 from rlfactory_nb.programs.assembly import ProgramOutcome, assemble
 from rlfactory_nb.programs.endpoint import Endpoint
 from rlfactory_nb.programs.handle import CALLER, LLM, EpisodeTools
-from rlfactory_nb.programs.sessions import EpisodeSession
+from rlfactory_nb.programs.sessions import CallSession
 from rlfactory_nb.rollout.episode import env_error_record
 from rlfactory_nb.rollout.seeds import SampleId, episode_seed
 from rlfactory_nb.rollout.session import Prompt, new_trajectory_id
@@ -62,7 +62,7 @@ class ProgramSession:
         self.done = False
         self.env_metadata: dict[str, Any] = {}
         """what the environment adds to the trajectory's metadata (env_state, env_reward, user counts)"""
-        self._calls: EpisodeSession | None = None
+        self._calls: CallSession | None = None
         self._task: asyncio.Future | None = None
         """(answer, error) once the episode's play ended (set at once when its environment failed)"""
         self._playing: asyncio.Task | None = None
@@ -140,7 +140,7 @@ class ProgramSession:
             self._task.set_result((None, None))
             return
         endpoint = await self.program.endpoint()
-        self._calls = endpoint.open(EpisodeSession(self.program.serving(), self.sample_id, self.gate, self._prompt))
+        self._calls = endpoint.open(CallSession(self.program.serving(), self.sample_id, self.gate, self._prompt))
         settings = self.program.settings
         specs = self.episode.tool_specs()
         tools = EpisodeTools(self.episode, settings.rollout.limits.max_text_chars) if specs else None

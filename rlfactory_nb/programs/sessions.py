@@ -126,8 +126,9 @@ class CallRecord:
         return self.prompt_ids + self.completion_ids
 
 
-class EpisodeSession:
-    """The calls of one episode. Reached at `/s/<id>/v1` with its own key; a closed session refuses."""
+class CallSession:
+    """The model calls of one episode, as the endpoint serves them (the episode itself is a
+    `ProgramSession`, play.py). Reached at `/s/<id>/v1` with its own key; a closed session refuses."""
 
     def __init__(
         self, serving: Serving, sample_id: SampleId | None = None, gate: asyncio.Semaphore | None = None,

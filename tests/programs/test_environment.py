@@ -145,7 +145,7 @@ def test_per_turn_advantages_train_every_segment_of_a_program_by_hand(replay):
     from rlfactory_nb.rewards.runner import RewardOutcome
     from rlfactory_nb.train.credit import assign_credit
 
-    player, engine = replay(["good", "one", "bad", "two"], answer_then_summarize, env=RewardingUser)
+    player, _ = replay(["good", "one", "bad", "two"], answer_then_summarize, env=RewardingUser)
 
     async def both():
         return [await player.rollout({"messages": [{"role": "user", "content": "hi"}]}) for _ in range(2)]
