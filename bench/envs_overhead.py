@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` impor
 import rlfactory_nb as rf
 from bench._common import machine_line, markdown_table, script_args, section, write_result
 from rlfactory_nb.envs import ToolSetEnvironment
-from rlfactory_nb.rollout.episode import Episode
-from rlfactory_nb.rollout.episodes import EpisodeStats
+from rlfactory_nb.rollout.episode import Episode, EpisodeStats
 from rlfactory_nb.types import ToolCall, Turn
 
 NAME = "envs_overhead"

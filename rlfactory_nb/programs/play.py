@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlfactory_nb._threads import in_thread
 from rlfactory_nb.envs.base import Response
@@ -36,18 +36,16 @@ from rlfactory_nb.rollout.session import Prompt, new_trajectory_id
 from rlfactory_nb.rollout.tokens import prompt_ids
 from rlfactory_nb.types import Trajectory, Turn
 
-if TYPE_CHECKING:
-    from rlfactory_nb.programs.program import AgentProgram
-
 ProgramFunction = Callable[[dict[str, Any], LLM], Awaitable[Any] | Any]
 
 
 class ProgramSession:
-    """One episode in progress. `step` lets one model call through and waits for it; `run` lets the
-    program finish; `close` ends it where it stands. `Trajectory` so far: `trajectory`."""
+    """One episode in progress of `program` (an rf.AgentProgram, which imports this module). `step`
+    lets one model call through and waits for it; `run` lets the program finish; `close` ends it
+    where it stands. `Trajectory` so far: `trajectory`."""
 
     def __init__(
-        self, program: AgentProgram, prompt: Prompt, metadata: dict[str, Any] | None, sample_id: SampleId | None,
+        self, program: Any, prompt: Prompt, metadata: dict[str, Any] | None, sample_id: SampleId | None,
         *, stepped: bool, keep_open: bool = False,
     ):
         self.program = program

@@ -29,8 +29,10 @@ import dataclasses
 import inspect
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from rlfactory_nb._threads import in_thread
 from rlfactory_nb.envs.base import EnvFactory, Environment, Response, SharedEnvironment, ToolSetEnvironment
@@ -41,8 +43,45 @@ from rlfactory_nb.tools import validate
 from rlfactory_nb.tools.validate import cut_text
 from rlfactory_nb.types import Message, ToolCall, ToolResult, ToolSpec, Trajectory, Turn
 
-if TYPE_CHECKING:
-    from rlfactory_nb.rollout.episodes import EpisodeStats
+
+@dataclass
+class EpisodeStats:
+    """Counters over every episode of one Agent, read (and reset) once per training step."""
+
+    opened: int = 0
+    closed: int = 0
+    errors: Counter = field(default_factory=Counter)
+    """EpisodeError kind -> episodes that failed that way"""
+    env_s: float = 0.0
+    """seconds spent inside the environment's methods"""
+    user_tokens: int = 0
+    """tokens a simulated user wrote (its `Response.info["user_tokens"]`)"""
+    user_s: float = 0.0
+    """seconds a simulated user took to answer"""
+
+    @property
+    def open_now(self) -> int:
+        return self.opened - self.closed
+
+    def metrics(self) -> dict[str, float]:
+        """`env/...` metrics: episodes opened and closed, open now, errors by kind, time, user tokens."""
+        row = {
+            "env/episodes_opened": float(self.opened),
+            "env/episodes_closed": float(self.closed),
+            "env/open_now": float(self.open_now),
+            "env/errors": float(sum(self.errors.values())),
+            "env/time_s": self.env_s,
+            "env/user_tokens": float(self.user_tokens),
+            "env/user_latency_s": self.user_s,
+        }
+        row.update({f"env/errors/{kind}": float(count) for kind, count in sorted(self.errors.items())})
+        return row
+
+    def reset(self) -> None:
+        """Zero the per-step counters; `open_now` keeps counting episodes still open."""
+        still_open = self.open_now
+        self.opened, self.closed = still_open, 0
+        self.errors, self.env_s, self.user_tokens, self.user_s = Counter(), 0.0, 0, 0.0
 
 
 class Episode:
