@@ -29,8 +29,8 @@ from rlfactory_nb.models.checkpoint import CHECKPOINTS
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
-from rlfactory_nb.rollout.player import EpisodePlayer
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.player import EpisodePlayer
 from rlfactory_nb.rollout.seeds import SampleId
 from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.tools.extra import ExtraTools
