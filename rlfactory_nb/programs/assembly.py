@@ -9,9 +9,9 @@ history (a summary, a sub-agent, other tools) or two calls branching from one re
 
 The episode's Trajectory carries its *last* segment's ids (the one that produced the final reply),
 every call's turn (so reward functions see every call), and the earlier segments in
-`metadata["segments"]`; training turns each segment into a row with the episode's advantage, or, when credit goes per
-turn, each call's own (`token_turns` says which call each token came from; `expand_segments`;
-docs/decisions.md says why). `metadata["program"]` holds the counters: calls,
+`metadata["segments"]`; training turns each segment into a row with the episode's advantage, or,
+when credit goes per turn, each call's own (`token_turns` says which call each token came from;
+`expand_segments`; docs/decisions.md says why). `metadata["program"]` holds the counters: calls,
 merged, forks, drift, and why each segment began; `metadata["final_answer"]` the answer the program
 returned, outside the family's reasoning.
 """
