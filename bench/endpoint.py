@@ -36,8 +36,8 @@ from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.programs import AgentProgram
 from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.rollout.tokens import prompt_ids
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools.python import tool
 from rlfactory_nb.tools.toolset import ToolSet
 

@@ -29,8 +29,8 @@ from rlfactory_nb.models.checkpoint import CHECKPOINTS
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
-from rlfactory_nb.rollout.agent import Agent
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.player import EpisodePlayer
 from rlfactory_nb.runtime import Runtime
 from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools.extra import ExtraTools
@@ -191,7 +191,7 @@ def held_out_ids(cfg: RunConfig) -> Callable[[int, int], SampleId]:
 
 
 async def held_out_rollouts(
-    cfg: RunConfig, agent_at: Callable[[float], Agent], rows: Sequence[Row], reward: RewardRunner
+    cfg: RunConfig, agent_at: Callable[[float], EpisodePlayer], rows: Sequence[Row], reward: RewardRunner
 ) -> HeldOut:
     """The held-out pass `rf.evaluate` and `Trainer.evaluate` share: one rollout per prompt at the
     run's temperature ("sampled") and one greedy, by `agent_at(temperature)`, scored by `reward`."""

@@ -39,11 +39,14 @@ from rlfactory_nb.envs.base import EnvReward
 from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DatasetError, LoadError
 from rlfactory_nb.programs.program import AgentProgram
+from rlfactory_nb.reasoning_mode import thinking_mode
 from rlfactory_nb.reward_lab import RewardLab
 from rlfactory_nb.rewards.judge import LLMJudge
 from rlfactory_nb.rewards.loading import is_run_record, load_reward
 from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.rollout.player import EpisodePlayer
+from rlfactory_nb.rollout.settings import RolloutSettings
 from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.config import ToolSetSettings, ToolsFile, load_tools_config
 from rlfactory_nb.tools.extra import ExtraTools, extra_tools
@@ -107,16 +110,6 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
                 load_object(spec, key, "code")
             except LoadError as error:
                 problems.append(str(error))
-    if cfg.rollout.program is not None and cfg.rollout.env is not None:
-        problems.append(
-            "rollout.program: an agent program does not play rollout.env's episodes yet (its tools are the run's "
-            "ToolSet, and the environment's reward would score every episode 0): set one of the two"
-        )
-    if cfg.grpo.advantage != "episode" and (objects.agent is not None or cfg.rollout.program is not None):
-        problems.append(
-            f"grpo.advantage: {cfg.grpo.advantage!r} credits the turns of an episode the loop plays; an agent "
-            "program's calls are not such turns yet: use grpo.advantage: episode with a program"
-        )
     if problems:
         raise ConfigError(problems, "the names it gives")
     if objects.reward is None and not (resume and is_run_record(cfg.reward.function)):
@@ -304,16 +297,23 @@ class Runtime:
             return use
         return "logged" if self.names_reward() else "reward"
 
-    def agent(self, temperature: float | None = None, drift: DriftMode | None = None) -> Agent | AgentProgram:
-        """The run's Agent at `temperature` (None: the config's; 0: greedy); `drift` replaces
-        `rollout.drift_check`. A run with an agent program gets the program bound to the run."""
+    def settings(self, temperature: float | None = None, drift: DriftMode | None = None) -> RolloutSettings:
+        """The run's `RolloutSettings` at `temperature` (None: the config's; 0: greedy); `drift`
+        replaces `rollout.drift_check`. The reasoning mode, where `rollout.enable_thinking` is unset,
+        is the one the model was trained in (`thinking_mode`)."""
+        return RolloutSettings.from_config(
+            self.cfg, trained_thinking=thinking_mode(self.cfg), temperature=temperature, drift=drift, env=self.objects.env
+        )
+
+    def agent(self, temperature: float | None = None, drift: DriftMode | None = None) -> EpisodePlayer:
+        """The run's player with `settings(temperature, drift)`: its Agent, or its agent program bound
+        to the run (the same settings, the same environment)."""
         if self.policy is None and self.engine is None:
             raise ConfigError("this runtime has neither a policy nor an engine: Runtime.from_config(cfg, objects, policy)")
+        settings = self.settings(temperature, drift)
         if self.program is not None:
-            return self.program.bind(self.policy, self.tools, self.cfg, engine=self.engine, temperature=temperature, drift=drift)
-        return Agent.from_config(
-            self.cfg, self.policy, self.tools, engine=self.engine, temperature=temperature, drift=drift, env=self.objects.env
-        )
+            return self.program.bind(self.policy, self.tools, engine=self.engine, settings=settings)
+        return Agent.from_settings(settings, self.policy, self.tools, engine=self.engine)
 
     # ------------------------------------------------------------------ the run's rows
 

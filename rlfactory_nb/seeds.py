@@ -16,6 +16,7 @@ compares their play and not their luck; their sampling seeds still differ.
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,3 +68,13 @@ class SampleId:
         if shared_by == "sample":
             return self.turn_seed(RESET_TURN)
         return request_seed(self.seed, self.step, self.prompt, RESET_TURN)
+
+
+def episode_seed(sample_id: SampleId | None, shared_by: EnvSeed, sampling_seed: int | None) -> int:
+    """The seed an episode's environment resets with: its SampleId's (`reset_seed`), else one fixed
+    by the player's sampling seed, else a fresh one."""
+    if sample_id is not None:
+        return sample_id.reset_seed(shared_by)
+    if sampling_seed is not None:
+        return request_seed(sampling_seed, RESET_TURN)
+    return random.getrandbits(63)

@@ -25,14 +25,6 @@ MISTAKES = {
     "reward file": ({"reward.function": "missing/reward.py:score"}, RewardLoadError, "reward spec 'missing/reward.py:score': no file"),
     "dataset": ({"data.train": "missing/train.jsonl"}, DatasetError, "missing/train.jsonl"),
     "eval dataset": ({"data.eval": "synthetic:calculater"}, DatasetError, "unknown synthetic dataset 'synthetic:calculater'"),
-    "program with an env": (
-        {"rollout.program": "examples/agents_sdk/agent.py:solve", "rollout.env": "rlfactory_nb.recipes.guess.env:Guess"},
-        ConfigError, "rollout.program: an agent program does not play rollout.env's episodes yet",
-    ),
-    "turn credit for a program": (
-        {"grpo.advantage": "step_groups", "rollout.program": "examples/agents_sdk/agent.py:solve"}, ConfigError,
-        "grpo.advantage: 'step_groups' credits the turns of an episode the loop plays",
-    ),
 }
 
 

@@ -163,10 +163,16 @@ async def _call_method_tool(tools: dict[str, PythonTool], call: ToolCall) -> Too
 
 class ToolSetEnvironment(Environment):
     """Today's loop as an environment: the tools of one ToolSet, shared by every episode (stateless,
-    so nothing to reset or close); the episode ends when the model answers without a call."""
+    so nothing to reset or close); the episode ends when the model answers without a call. It is the
+    default environment of every player (`ToolSetEnvironment.shared_by(tools)`)."""
 
     def __init__(self, toolset: Any):
         self.toolset = toolset
+
+    @classmethod
+    def shared_by(cls, toolset: Any) -> SharedEnvironment:
+        """The default environment: one instance over `toolset`, for every episode."""
+        return SharedEnvironment(cls(toolset))
 
     def tool_specs(self) -> list[ToolSpec]:
         return list(self.toolset.specs) if self.toolset is not None else []
@@ -195,10 +201,20 @@ class EnvReward:
         return 0.0 if value is None else float(value)
 
 
-
 env_reward = EnvReward()
 """the environment's own reward as a `module:function` spec names it (`rlfactory_nb.envs.base:env_reward`):
 what an environment example's notebook.yaml lists as its lab reward"""
 
 EnvFactory = Callable[[], Environment]
 """a class or zero-argument callable that makes one episode's Environment"""
+
+
+@dataclass(frozen=True)
+class SharedEnvironment:
+    """An EnvFactory whose one instance serves every episode (the ToolSet's stateless tools): the
+    loop neither makes it off the event loop, nor bounds, resets, keeps open or closes it."""
+
+    instance: Environment
+
+    def __call__(self) -> Environment:
+        return self.instance

@@ -6,17 +6,18 @@
 
 from rlfactory_nb.programs.assembly import expand_segments, program_metrics, segment_trajectories
 from rlfactory_nb.programs.endpoint import Endpoint
-from rlfactory_nb.programs.handle import LLM, ProgramSettings
-from rlfactory_nb.programs.program import AgentProgram, ProgramSession
-from rlfactory_nb.programs.sessions import CallRecord, EpisodeSession, Limits
+from rlfactory_nb.programs.handle import LLM, EpisodeTools, ProgramSettings
+from rlfactory_nb.programs.play import ProgramSession
+from rlfactory_nb.programs.program import AgentProgram
+from rlfactory_nb.programs.sessions import CallRecord, CallSession
 
 __all__ = [
     "LLM",
     "AgentProgram",
     "CallRecord",
+    "CallSession",
     "Endpoint",
-    "EpisodeSession",
-    "Limits",
+    "EpisodeTools",
     "ProgramSession",
     "ProgramSettings",
     "expand_segments",

@@ -9,8 +9,9 @@ history (a summary, a sub-agent, other tools) or two calls branching from one re
 
 The episode's Trajectory carries its *last* segment's ids (the one that produced the final reply),
 every call's turn (so reward functions see every call), and the earlier segments in
-`metadata["segments"]`; training turns each segment into a row with the episode's advantage
-(`expand_segments`; docs/decisions.md says why). `metadata["program"]` holds the counters: calls,
+`metadata["segments"]`; training turns each segment into a row with the episode's advantage, or,
+when credit goes per turn, each call's own (`token_turns` says which call each token came from;
+`expand_segments`; docs/decisions.md says why). `metadata["program"]` holds the counters: calls,
 merged, forks, drift, and why each segment began; `metadata["final_answer"]` the answer the program
 returned, outside the family's reasoning.
 """
@@ -90,7 +91,7 @@ def segments_of(calls: Sequence[CallRecord]) -> tuple[list[Segment], int]:
 
 
 @dataclass(frozen=True)
-class Episode:
+class ProgramOutcome:
     """How a program's episode ended, beside its calls."""
 
     messages: list[Message]
@@ -102,7 +103,9 @@ class Episode:
     limit_hit: str | None = None
 
 
-def assemble(serving: Serving, calls: Sequence[CallRecord], episode: Episode, traj_id: str, drift: str = "warn") -> Trajectory:
+def assemble(
+    serving: Serving, calls: Sequence[CallRecord], episode: ProgramOutcome, traj_id: str, drift: str = "warn"
+) -> Trajectory:
     """The episode's Trajectory (module docstring)."""
     segments, merged = segments_of(calls)
     ordered = sorted(calls, key=lambda c: c.index)
@@ -142,7 +145,7 @@ def _render_prompt(serving: Serving, messages: list[Message]) -> list[int]:
     return prompt_ids(serving.tokenizer, messages, None, serving.enable_thinking, chat_format=serving.chat_format, trusted=messages)
 
 
-def _finish(calls: Sequence[CallRecord], episode: Episode) -> FinishReason:
+def _finish(calls: Sequence[CallRecord], episode: ProgramOutcome) -> FinishReason:
     if episode.limit_hit in ("max_turns", "length"):  # the program's error then is the refused call
         return episode.limit_hit  # type: ignore[return-value]
     if episode.error is not None:
@@ -191,17 +194,63 @@ def segment_trajectories(traj: Trajectory) -> list[Trajectory]:
     return rows + [traj]
 
 
+def token_turns(traj: Trajectory) -> list[list[int]]:
+    """For each training row of the episode (`segment_trajectories`: earlier segments, then the
+    trajectory), the episode turn each of its response tokens was sampled in (-1: not sampled).
+
+    A turn is an assistant turn of an rf.Agent's loop (the k-th run of sampled tokens), or a program's
+    model call, whichever segment it landed in: `traj.turns[k]` is call k, and a segment holds its
+    calls' completions in their order (`Turn.num_tokens` tokens each).
+
+    >>> token_turns(Trajectory(prompt_ids=[1], response_ids=[5, 6, 7, 8], loss_mask=[1, 0, 1, 1]))
+    [[0, -1, 1, 1]]
+    """
+    segments = traj.metadata.get(SEGMENTS_KEY) or []
+    if not segments:
+        return [_runs(traj.loss_mask)]
+    earlier = {index for segment in segments for index in segment["calls"]}
+    last = [index for index in range(len(traj.turns)) if index not in earlier]
+    masks = [segment["loss_mask"] for segment in segments] + [traj.loss_mask]
+    calls = [segment["calls"] for segment in segments] + [last]
+    return [_by_call(mask, [(index, traj.turns[index].num_tokens) for index in order]) for mask, order in zip(masks, calls)]
+
+
+def _runs(mask: Sequence[int]) -> list[int]:
+    """The k-th run of consecutive 1s is turn k; -1 where the mask is 0."""
+    turns, turn, previous = [], -1, 0
+    for value in mask:
+        if value and not previous:
+            turn += 1
+        turns.append(turn if value else -1)
+        previous = value
+    return turns
+
+
+def _by_call(mask: Sequence[int], calls: Sequence[tuple[int, int]]) -> list[int]:
+    """The call each sampled token of a segment belongs to: its calls' completions, in order."""
+    owners = [index for index, count in calls for _ in range(count)]
+    sampled = iter(owners)
+    return [next(sampled, -1) if value else -1 for value in mask]
+
+
 def expand_segments(trajectories: list[Trajectory], advantages: Any) -> tuple[list[Trajectory], Any]:
-    """Every segment of every episode as its own training row, each with its episode's advantage
-    (a (N,) tensor); trajectories without segments pass through unchanged."""
-    if not any(t.metadata.get(SEGMENTS_KEY) for t in trajectories) or not isinstance(advantages, torch.Tensor):
+    """Every segment of every episode as its own training row, with its advantages: the episode's
+    (a (N,) tensor), or, per token (a list per episode covering its rows' response tokens in order,
+    train/credit.py), each row its own slice. Trajectories without segments pass through unchanged."""
+    if not any(t.metadata.get(SEGMENTS_KEY) for t in trajectories):
         return trajectories, advantages
     rows, values = [], []
     for traj, advantage in zip(trajectories, advantages):
         parts = segment_trajectories(traj)
         rows += parts
-        values += [advantage] * len(parts)
-    return rows, torch.stack(values)
+        if isinstance(advantages, torch.Tensor):
+            values += [advantage] * len(parts)
+            continue
+        start = 0
+        for part in parts:
+            values.append(list(advantage[start : start + len(part.response_ids)]))
+            start += len(part.response_ids)
+    return rows, torch.stack(values) if isinstance(advantages, torch.Tensor) else values
 
 
 def program_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:

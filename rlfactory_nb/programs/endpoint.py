@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from rlfactory_nb.programs.sessions import EpisodeSession
+from rlfactory_nb.programs.sessions import CallSession
 from rlfactory_nb.programs.wire import RequestError, parse_request, sse_chunks
 
 log = logging.getLogger(__name__)
@@ -50,8 +50,8 @@ class Endpoint:
 
     def __init__(self, max_body_bytes: int = MAX_BODY_BYTES):
         self.max_body_bytes = max_body_bytes
-        self.sessions: dict[str, EpisodeSession] = {}
-        self._by_key: dict[str, EpisodeSession] = {}
+        self.sessions: dict[str, CallSession] = {}
+        self._by_key: dict[str, CallSession] = {}
         self._runner: web.AppRunner | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.port = 0
@@ -79,15 +79,15 @@ class Endpoint:
             await self._runner.cleanup()
         self._runner = None
 
-    def base_url(self, session: EpisodeSession) -> str:
+    def base_url(self, session: CallSession) -> str:
         return f"http://127.0.0.1:{self.port}/s/{session.id}/v1"
 
-    def open(self, session: EpisodeSession) -> EpisodeSession:
+    def open(self, session: CallSession) -> CallSession:
         self.sessions[session.id] = session
         self._by_key[session.key] = session
         return session
 
-    def forget(self, session: EpisodeSession) -> None:
+    def forget(self, session: CallSession) -> None:
         """Close `session`; later requests with its key get 410 for a while, then 401."""
         session.close()
         self.sessions.pop(session.id, None)
@@ -142,7 +142,7 @@ class Endpoint:
             return Reply(200, b"".join(sse_chunks(completion, chat.include_usage)), "text/event-stream")
         return _json_reply(completion)
 
-    def _session(self, key: str, named: str | None, caller: str | None) -> EpisodeSession:
+    def _session(self, key: str, named: str | None, caller: str | None) -> CallSession:
         by_key = self._by_key.get(key)
         addressed = named or (by_key.id if by_key is not None else None)
         if caller and addressed and caller != addressed:
@@ -198,7 +198,7 @@ class Admitted:
     """A request the endpoint let in: its route ("chat/completions" or "models") and its session."""
 
     route: str
-    session: EpisodeSession
+    session: CallSession
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,27 @@
-"""What an agent program is given for one episode (`LLM`: where to call, with which key, the run's
-tools) and how its episodes are served (`ProgramSettings`).
+"""What an agent program is given for one episode (`LLM`: where to call, with which key, the
+episode's tools and its environment's answer) and how its episodes are served (`ProgramSettings`).
 
 `llm.client()` is the real `openai.AsyncOpenAI`, reaching this episode's session in memory
 (local.py) or, with `in_memory=False`, over loopback HTTP as any client given `llm.base_url` does.
+`llm.tools` are the episode environment's tools (`EpisodeTools`: the run's ToolSet by default, a
+shop's database tools under `rollout.env`), and `await llm.respond()` is what the environment says to
+the model's last reply (a simulated customer's answer), as rf.Agent's loop asks it.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlfactory_nb.chat import ChatFormat
-from rlfactory_nb.engines.base import SamplingParams
+from rlfactory_nb.envs.base import Response
 from rlfactory_nb.programs import local
 from rlfactory_nb.programs.endpoint import EPISODE_HEADER, MAX_BODY_BYTES, Endpoint
-from rlfactory_nb.programs.sessions import Limits
+from rlfactory_nb.rollout.episode import Episode
+from rlfactory_nb.rollout.settings import RolloutSettings
+from rlfactory_nb.types import ToolCall, ToolResult, ToolSpec
 
 CALLER: ContextVar[str | None] = ContextVar("rlfactory_nb_program_episode", default=None)
 """the session of the episode whose program runs in this context (its task, and the threads it
@@ -25,17 +30,16 @@ starts with the context copied); the clients `llm` makes send it with each reque
 
 @dataclass(frozen=True)
 class ProgramSettings:
-    """How a program's episodes are served; a run replaces the limits and sampling with its own."""
+    """How a program's episodes are served: the run's `RolloutSettings` (a run binds its own), and
+    what only a program has (its endpoint, its clients, its own time limit)."""
 
-    chat_format: str | ChatFormat = "auto"
-    limits: Limits = field(default_factory=Limits)
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """the chat format, parser, reasoning mode, drift check, limits, sampling and environment, as an
+    rf.Agent's (`limits.max_turns`: the model calls an episode may make)"""
     request_sampling: bool = True
     """a request's temperature, top_p and seed are obeyed (a program on its own); a run sets False"""
-    enable_thinking: bool = False
     timeout_s: float = 300.0
     """an episode's wall-clock limit; past it the program is cancelled and the episode ends as data"""
-    drift: str = "warn"
     model_name: str = "policy"
     """the model name the endpoint serves (llm.model); another name is refused with 404"""
     max_body_bytes: int = MAX_BODY_BYTES
@@ -46,20 +50,56 @@ class ProgramSettings:
     HTTP, as a framework given `llm.base_url` calls"""
 
 
+class EpisodeTools:
+    """The tools of one episode's environment, as a program calls them (`llm.tools`): a ToolSet's
+    `specs`, `call` and `call_many`, run in the episode (its caching and limits, or a shop's own
+    database: the environment's reward and state see each call, as they see an Agent's)."""
+
+    def __init__(self, episode: Episode, max_text_chars: int):
+        self._episode, self._max_text_chars = episode, max_text_chars
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        return self._episode.tool_specs()
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools as an OpenAI request's `tools` list."""
+        return [spec.to_openai() for spec in self.specs]
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """One call; a tool failure is data (an error result the program may show the model)."""
+        return (await self.call_many([(name, arguments)]))[0]
+
+    async def call_many(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[ToolResult]:
+        """Several calls at once (a ToolSet runs them in parallel), one result each, in order."""
+        return await self._episode.call_tools([ToolCall(name, dict(arguments)) for name, arguments in calls], self._max_text_chars)
+
+
 class LLM:
-    """What a program gets for one episode: where to call, with which key, and the run's tools."""
+    """What a program gets for one episode: where to call, with which key, the episode's tools, and
+    the environment's answer to the model's last reply (`respond`)."""
 
     def __init__(
-        self, base_url: str, api_key: str, model: str, tools: Any, settings: ProgramSettings, endpoint: Endpoint | None = None,
+        self, base_url: str, api_key: str, model: str, tools: EpisodeTools | None, settings: ProgramSettings,
+        endpoint: Endpoint | None = None, respond: Callable[[], Awaitable[Response | None]] | None = None,
     ):
         self.base_url = base_url
         self.api_key = api_key
         self.model = model
         self.tools = tools
-        """the run's ToolSet (or None): call tools through it so caching and limits stay the run's"""
+        """the episode environment's tools (None: it has none): the run's ToolSet, with its caching
+        and limits, or the tools of an environment made for this episode (`rollout.env`)"""
         self._settings = settings
         self._endpoint = endpoint
+        self._respond = respond
         self._clients: list[Any] = []
+
+    async def respond(self) -> Response | None:
+        """What the episode's environment says to the model's last reply, when that reply made no
+        tool call (a simulated customer's answer, a game's move): a `Response` whose `messages` the
+        program adds to its conversation and sends back, and `done` once the environment ends the
+        episode; None when the environment has nothing to say (the episode ends there)."""
+        return await self._respond() if self._respond is not None else None
 
     def client(self, **options: Any) -> Any:
         """An `openai.AsyncOpenAI` for this episode (no retries: a refused call names its limit)."""

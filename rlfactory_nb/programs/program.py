@@ -9,11 +9,14 @@
     traj = await program.rollout(row)                 # -> Trajectory, as rf.Agent's
 
 A program stands wherever an `rf.Agent` does (RewardLab, RolloutStepper with one step per model call,
-`rf.evaluate`, `rf.train_sync`, `rf.launch(cfg, cluster, agent=program)`): it has the same `rollout`
-and `start` methods, and a run binds it to its engine, tools, limits and sampling (`bind`). Each
-episode gets a session on this process's endpoint (endpoint.py); its calls become the trajectory
-(assembly.py). A program travels by value to a cluster like a reward function, or is named
-`module:function` in a config (`rollout.program`).
+`rf.evaluate`, `rf.train_sync`, `rf.launch(cfg, cluster, agent=program)`): both are an
+`EpisodePlayer` (rollout/player.py), and a run binds the program to its engine, tools and
+`RolloutSettings` (`bind`), the ones its Agent would have had. Each episode plays in a
+`rollout/episode.Episode` as an Agent's does (play.py): its environment (the run's ToolSet, or
+`rollout.env`'s, one per episode) is reset with the row, serves `llm.tools`, answers through
+`llm.respond()`, gives its reward and is closed. The program's model calls go to a session on this
+process's endpoint (endpoint.py) and become the trajectory (assembly.py). A program travels by value
+to a cluster like a reward function, or is named `module:function` in a config (`rollout.program`).
 
 A program that raises, outlives `timeout_s`, or returns something other than a string ends as data:
 finish reason "error", `metadata["program_error"]` naming what happened, and the reward functions
@@ -23,27 +26,26 @@ score it as any other sample (its final answer is empty). The step and the run g
 from __future__ import annotations
 
 import asyncio
-import inspect
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import fields, replace
 from typing import Any
 
-from rlfactory_nb._threads import in_thread
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.code_names import load_object
-from rlfactory_nb.engines.base import Engine, SamplingParams
-from rlfactory_nb.errors import ArgumentTypeError, ConfigError, DatasetError
-from rlfactory_nb.programs.assembly import Episode, assemble
+from rlfactory_nb.engines.base import Engine
+from rlfactory_nb.envs.base import Environment, ToolSetEnvironment
+from rlfactory_nb.envs.factory import env_factory
+from rlfactory_nb.errors import ArgumentTypeError, ConfigError
 from rlfactory_nb.programs.endpoint import Endpoint
-from rlfactory_nb.programs.handle import CALLER, LLM, ProgramSettings
-from rlfactory_nb.programs.sessions import EpisodeSession, Limits, Serving
-from rlfactory_nb.reasoning_mode import thinking_mode
-from rlfactory_nb.rollout.session import new_trajectory_id
-from rlfactory_nb.rollout.tokens import prompt_ids, prompt_opens, thinks_by_default
+from rlfactory_nb.programs.handle import ProgramSettings
+from rlfactory_nb.programs.play import ProgramFunction, ProgramSession
+from rlfactory_nb.programs.sessions import Serving
+from rlfactory_nb.rollout.episodes import Episodes
+from rlfactory_nb.rollout.session import Prompt
+from rlfactory_nb.rollout.settings import RolloutSettings
+from rlfactory_nb.rollout.tokens import DriftMode, prompt_opens, thinks_by_default
 from rlfactory_nb.seeds import SampleId
-from rlfactory_nb.types import Message, Trajectory, Turn
-
-ProgramFunction = Callable[[dict[str, Any], "LLM"], Awaitable[Any] | Any]
+from rlfactory_nb.types import Trajectory
 
 
 class AgentProgram:
@@ -62,7 +64,8 @@ class AgentProgram:
     ):
         """`fn(row, llm) -> answer` (async, or a plain function run in a thread), or "module:function";
         `policy` or `engine` may be left out where a run brings the engine; `options` are
-        ProgramSettings fields, or max_calls / max_new_tokens / max_total_tokens (the limits)."""
+        ProgramSettings or RolloutSettings fields (`env=Shop`, `enable_thinking=True`), or
+        max_calls / max_new_tokens / max_total_tokens (the limits)."""
         self.fn = load_object(fn, "rollout.program", "agent program") if isinstance(fn, str) else fn
         if not callable(self.fn):
             raise ArgumentTypeError(f"AgentProgram needs a function fn(row, llm), got a {type(fn).__name__}")
@@ -71,6 +74,11 @@ class AgentProgram:
         self.tools = tools
         self._tokenizer = tokenizer
         self.settings = _with_options(settings or ProgramSettings(), options)
+        rollout = self.settings.rollout
+        factory = env_factory(rollout.env) if rollout.env is not None else ToolSetEnvironment.shared_by(tools)
+        self.episodes = Episodes(factory, rollout.limits)
+        """how each episode's environment is made (the ToolSet's, shared, by default), the bounds,
+        the counters, and the episodes kept open for the reward functions (as an rf.Agent's)"""
         self._serving: Serving | None = None
         self._endpoint: asyncio.Task[Endpoint] | None = None
         """the start of the endpoint the program's episodes use now (endpoint())"""
@@ -82,33 +90,23 @@ class AgentProgram:
 
     def bind(
         self, policy: Any = None, tools: Any = None, cfg: Any = None, *, engine: Engine | None = None,
-        temperature: float | None = None, drift: str | None = None,
+        temperature: float | None = None, drift: DriftMode | None = None, settings: RolloutSettings | None = None,
     ) -> AgentProgram:
-        """This program on a run's engine, tools, limits and sampling (`cfg.rollout`); the run's
-        sampling wins over requests. What `Runtime.agent()` returns when the run has a program."""
-        settings, thinking = self.settings, None
-        if cfg is not None:
-            rollout, thinking = cfg.rollout, thinking_mode(cfg)
-            temperature = rollout.temperature if temperature is None else temperature
-            settings = replace(
-                settings, chat_format=rollout.chat_format, request_sampling=False, drift=drift or rollout.drift_check,
-                enable_thinking=settings.enable_thinking if thinking is None else thinking,
-                limits=Limits(
-                    rollout.max_turns, rollout.max_new_tokens, rollout.max_total_tokens,
-                    max_text_chars=cfg.tools.max_result_chars or Limits.max_text_chars,
-                ),
-                sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
-            )
+        """This program on a run's engine, tools and `settings` (what `Runtime.agent()` returns when
+        the run has a program: the settings its Agent would have had), or those of `cfg.rollout`
+        (`RolloutSettings.from_config(cfg, temperature=, drift=)`). The run's sampling wins over
+        requests."""
+        if settings is None and cfg is not None:
+            settings = RolloutSettings.from_config(cfg, temperature=temperature, drift=drift)
+        program = self.settings if settings is None else replace(self.settings, rollout=settings, request_sampling=False)
         bound = AgentProgram(
             self.fn, policy if policy is not None else self.policy, engine or (None if policy is not None else self._engine),
-            tools=tools if tools is not None else self.tools, tokenizer=self._tokenizer, settings=settings,
+            tools=tools if tools is not None else self.tools, tokenizer=self._tokenizer, settings=program,
         )
         bound._root = self._root
-        if cfg is not None and thinking is None:  # unset, and no mode recorded: the template's default, as rf.Agent's
-            bound.settings = replace(bound.settings, enable_thinking=thinks_by_default(bound.tokenizer))
         return bound
 
-    # ------------------------------------------------------------------ what callers of an Agent use
+    # ------------------------------------------------------------------ the EpisodePlayer contract
 
     @property
     def tokenizer(self) -> Any:
@@ -127,52 +125,59 @@ class AgentProgram:
 
     @property
     def max_turns(self) -> int:
-        return self.settings.limits.max_calls
+        """The model calls an episode may make (a run's `rollout.max_turns`)."""
+        return self.settings.rollout.limits.max_turns
 
     @property
     def chat_format(self) -> ChatFormat:
         """The chat format the program's calls are rendered in (an Agent's attribute of that name)."""
-        return resolve_chat_format(self.settings.chat_format, self.tokenizer)
+        return resolve_chat_format(self.settings.rollout.chat_format, self.tokenizer)
 
     @property
     def enable_thinking(self) -> bool:
-        return self.settings.enable_thinking
+        """The reasoning mode the calls are rendered in (unset: the template's default)."""
+        given = self.settings.rollout.enable_thinking
+        return thinks_by_default(self.tokenizer) if given is None else given
 
     def start(
-        self, messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None,
-        sample_id: SampleId | None = None, stepped: bool = True,
+        self, prompt: Prompt, metadata: dict[str, Any] | None = None, sample_id: SampleId | None = None, *,
+        keep_open: bool = False,
     ) -> ProgramSession:
         """An episode that advances one model call per `await session.step()` (the RolloutStepper's view)."""
-        return ProgramSession(self, _row(messages, metadata), sample_id, stepped)
+        return ProgramSession(self, prompt, metadata, sample_id, stepped=True, keep_open=keep_open)
 
     async def rollout(
-        self, messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None = None,
-        sample_id: SampleId | None = None, *, keep_open: bool = False,
+        self, prompt: Prompt, metadata: dict[str, Any] | None = None, sample_id: SampleId | None = None, *,
+        keep_open: bool = False,
     ) -> Trajectory:
         """Run one episode of `fn` on a dataset row (or prompt messages and the row's other columns
-        as `metadata`, as rf.Agent takes them); `sample_id` seeds its calls. `keep_open` is rf.Agent's:
-        a program's episode holds no environment, so nothing stays open."""
-        return await ProgramSession(self, _row(messages, metadata), sample_id, stepped=False).run()
+        as `metadata`, as rf.Agent takes them); `sample_id` seeds its calls and its environment's
+        reset. `keep_open`: leave the environment open after the episode (reward functions read it as
+        `sample.env`) until `close_episodes`."""
+        return await ProgramSession(self, prompt, metadata, sample_id, stepped=False, keep_open=keep_open).run()
 
-    env_factory = None
-    """rf.Agent's environment factory: a program runs no Environment (its tools are `llm.tools`)"""
+    def env_of(self, traj: Trajectory) -> Environment | None:
+        """The still-open environment of an episode played with `keep_open` (else None)."""
+        return self.episodes.env_of(traj)
 
-    def env_of(self, traj: Trajectory) -> None:
-        """rf.Agent's hook for rewards that read an episode's environment: a program has none."""
+    async def close_episodes(self, trajectories: Iterable[Trajectory] | None = None) -> None:
+        """Close the environments kept open for `trajectories` (None: all of them)."""
+        await self.episodes.close(trajectories)
 
-    async def close_episodes(self, trajectories: Any) -> None:
-        """rf.Agent's hook: nothing of a program's episode is left open."""
+    def episode_metrics(self, reset: bool = False) -> dict[str, float]:
+        """`env/...` counters since the last reset (a training step reads and resets them)."""
+        return self.episodes.metrics(reset)
 
     # ------------------------------------------------------------------ serving
 
     def serving(self) -> Serving:
         if self._serving is None:
-            tokenizer, settings = self.tokenizer, self.settings
-            fmt = resolve_chat_format(settings.chat_format, tokenizer)
-            starts = fmt.reasoning is not None and prompt_opens(tokenizer, fmt.reasoning.open, settings.enable_thinking)
+            tokenizer, settings, rollout = self.tokenizer, self.settings, self.settings.rollout
+            fmt, thinking = resolve_chat_format(rollout.chat_format, tokenizer), self.enable_thinking
+            starts = fmt.reasoning is not None and prompt_opens(tokenizer, fmt.reasoning.open, thinking)
             self._serving = Serving(
-                self.engine, tokenizer, fmt, settings.limits, settings.sampling, settings.request_sampling,
-                settings.enable_thinking, settings.model_name, starts,
+                self.engine, tokenizer, fmt, rollout.limits, rollout.sampling, settings.request_sampling,
+                thinking, settings.model_name, starts, rollout.parser,
             )
         return self._serving
 
@@ -217,165 +222,26 @@ class AgentProgram:
         return f"AgentProgram({getattr(self.fn, '__qualname__', self.fn)!r}, max_calls={self.max_turns})"
 
 
-class ProgramSession:
-    """One episode in progress. `step` lets one model call through and waits for it; `run` lets the
-    program finish. `Trajectory` so far: `trajectory`."""
-
-    def __init__(self, program: AgentProgram, row: dict[str, Any], sample_id: SampleId | None, stepped: bool):
-        self.program = program
-        self.row = row
-        self.sample_id = sample_id
-        self.id = new_trajectory_id()  # the row's `id` stays in the metadata
-        self.gate = asyncio.Semaphore(0) if stepped else None
-        self.done = False
-        self._episode: EpisodeSession | None = None
-        self._task: asyncio.Task | None = None
-        self._result: Trajectory | None = None
-        self._current: Trajectory | None = None
-
-    @property
-    def trajectory(self) -> Trajectory:
-        """The episode so far: before any call, its prompt alone (rendered only when asked for)."""
-        if self._current is None:
-            serving = self.program.serving()
-            self._current = Trajectory(
-                prompt_ids(
-                    serving.tokenizer, self.row["messages"], None, serving.enable_thinking,
-                    chat_format=serving.chat_format, trusted=self.row["messages"],
-                ),
-                messages=list(self.row["messages"]), metadata=_metadata(self.row), id=self.id,
-            )
-        return self._current
-
-    async def step(self) -> Turn | None:
-        """Let the program make its next model call; returns that call's turn (None once it ended)."""
-        if self.done:
-            return None
-        await self._ensure_started()
-        episode = self._episode
-        before = len(episode.calls)
-        episode.changed.clear()
-        self.gate.release()
-        while len(episode.calls) == before and not self._task.done():
-            waiter = asyncio.ensure_future(episode.changed.wait())
-            await asyncio.wait([self._task, waiter], return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            episode.changed.clear()
-        if self._task.done():
-            self._finish()
-        else:
-            self._current = self._assemble(Episode(self.row["messages"], _metadata(self.row)))
-        turns = self.trajectory.turns
-        return turns[-1] if len(episode.calls) > before and turns else None
-
-    async def run(self) -> Trajectory:
-        """Let the program run to its end; returns the episode's Trajectory."""
-        await self._ensure_started()
-        if self.gate is not None:
-            for _ in range(self.program.max_turns + 1):  # every call the limits allow
-                self.gate.release()
-        await asyncio.wait([self._task])
-        self._finish()
-        return self.trajectory
-
-    async def _ensure_started(self) -> None:
-        if self._task is not None:
-            return
-        endpoint = await self.program.endpoint()
-        self._episode = endpoint.open(EpisodeSession(self.program.serving(), self.sample_id, self.gate, self.row["messages"]))
-        llm = LLM(endpoint.base_url(self._episode), self._episode.key, self.program.settings.model_name,
-                  self.program.tools, self.program.settings, endpoint)
-        self._task = asyncio.ensure_future(self._play(endpoint, llm))
-
-    async def _play(self, endpoint: Endpoint, llm: LLM) -> tuple[Any, str | None]:
-        """Run the program to its end or its timeout; (answer, error) with every failure named,
-        never raised. At the timeout the episode ends whether or not the program stops: one that
-        ignores its cancellation runs on abandoned, and the endpoint refuses its later calls."""
-        CALLER.set(self._episode.id)  # this task's context, copied into the program's task and thread
-        program = asyncio.ensure_future(self._program(llm))
-        try:
-            answer, error = await _outcome(program, self.program.settings.timeout_s)
-        finally:
-            endpoint.forget(self._episode)
-            await llm.aclose()
-            await self.program.release(endpoint)
-        if self._episode.misuse is not None:
-            return None, self._episode.misuse
-        if error is None and not isinstance(answer, str):
-            error = f"the program returned a {type(answer).__name__}, not a str (its answer must be text)"
-        return answer, error
-
-    async def _program(self, llm: LLM) -> Any:
-        fn = self.program.fn
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
-            return await fn(self.row, llm)
-        return await in_thread("program", fn, self.row, llm)
-
-    def _finish(self) -> None:
-        if self._result is None:
-            answer, error = self._task.result()
-            episode = Episode(self.row["messages"], _metadata(self.row), answer, error, self._episode.limit_hit)
-            self._result = self._assemble(episode)
-            self.program.drift_count += self._result.metadata["program"]["drift"]
-        self._current, self.done = self._result, True
-
-    def _assemble(self, episode: Episode) -> Trajectory:
-        calls = list(self._episode.calls)
-        return assemble(self.program.serving(), calls, episode, self.id, self.program.settings.drift)
-
-
-async def _outcome(program: asyncio.Task, timeout_s: float) -> tuple[Any, str | None]:
-    """The program's (answer, error) by `timeout_s`; past it the program is cancelled and left
-    behind, not waited for (a program that swallows the cancellation cannot hold its episode)."""
-    try:
-        await asyncio.wait([program], timeout=timeout_s)
-    except asyncio.CancelledError:
-        program.cancel()
-        raise
-    if not program.done():
-        program.cancel()
-        program.add_done_callback(_drop_outcome)
-        return None, f"the program ran past its episode timeout (timeout_s={timeout_s:g})"
-    if program.cancelled():
-        return None, "the program was cancelled"
-    error = program.exception()
-    if error is not None:
-        return None, f"the program raised {type(error).__name__}: {str(error)[:500]}"
-    return program.result(), None
-
-
-def _drop_outcome(program: asyncio.Task) -> None:
-    """Read an abandoned program's late outcome, so that asyncio does not log it as never retrieved."""
-    if not program.cancelled():
-        program.exception()
-
-
 def _failed(task: asyncio.Task) -> bool:
     """Whether a finished task failed (cancelled or raised)."""
     return task.cancelled() or task.exception() is not None
 
 
-def _row(messages: Sequence[Message] | dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, Any]:
-    """A dataset row from what a caller of rf.Agent passes: messages and the row's other columns."""
-    if isinstance(messages, dict):
-        if "messages" not in messages:
-            raise DatasetError("a program's row needs 'messages' (the prompt as chat messages)")
-        return {**(metadata or {}), **messages}
-    return {**(metadata or {}), "messages": list(messages)}
-
-
-def _metadata(row: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in row.items() if key != "messages"}
-
-
 def _with_options(settings: ProgramSettings, options: dict[str, Any]) -> ProgramSettings:
-    limits = {key: options.pop(key) for key in ("max_calls", "max_new_tokens", "max_total_tokens") if key in options}
-    if "max_turns" in options:
-        limits["max_calls"] = options.pop("max_turns")
-    known = set(ProgramSettings.__dataclass_fields__)
+    """`settings` with the constructor's `options`: limits, RolloutSettings and ProgramSettings fields."""
+    limit_names = {"max_calls": "max_turns", "max_turns": "max_turns", "max_new_tokens": "max_new_tokens",
+                   "max_total_tokens": "max_total_tokens"}
+    limits = {limit_names[key]: options.pop(key) for key in list(options) if key in limit_names}
+    rollout_names = {f.name for f in fields(RolloutSettings)} - {"limits"}
+    rollout = {key: options.pop(key) for key in list(options) if key in rollout_names}
+    known = {f.name for f in fields(ProgramSettings)}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ArgumentTypeError(f"AgentProgram got unknown options {unknown}; known: {sorted(known | set(limits))}")
+        raise ArgumentTypeError(f"AgentProgram got unknown options {unknown}; known: {sorted(known | rollout_names | set(limit_names))}")
     settings = replace(settings, **options)
-    return replace(settings, limits=replace(settings.limits, **limits)) if limits else settings
+    if limits:
+        rollout["limits"] = replace(settings.rollout.limits, **limits)
+        sampling = rollout.get("sampling", settings.rollout.sampling)
+        rollout["sampling"] = replace(sampling, max_new_tokens=rollout["limits"].max_new_tokens)
+    return replace(settings, rollout=replace(settings.rollout, **rollout)) if rollout else settings
 

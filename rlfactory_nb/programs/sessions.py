@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rlfactory_nb.chat import ChatFormat
+from rlfactory_nb.chat import ChatFormat, get_parser
 from rlfactory_nb.engines.base import Engine, Generation, SamplingParams
 from rlfactory_nb.errors import TemplateError
 from rlfactory_nb.programs.wire import (
@@ -39,49 +39,41 @@ from rlfactory_nb.programs.wire import (
     text_of,
     to_template_messages,
 )
+from rlfactory_nb.rollout.episodes import EpisodeLimits
 from rlfactory_nb.rollout.guard import admitted
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
 from rlfactory_nb.seeds import SampleId
-from rlfactory_nb.tools.config import ToolSetSettings
 from rlfactory_nb.types import Message, ToolCall, Turn
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one episode may spend; a call past a limit is refused with an HTTP error naming it."""
-
-    max_calls: int = 4
-    """model calls per episode (a run's `rollout.max_turns`)"""
-    max_new_tokens: int = 128
-    """tokens per call; a request's max_tokens may only lower it"""
-    max_total_tokens: int = 1024
-    """prompt + completion tokens of any one call"""
-    max_text_chars: int = ToolSetSettings.max_result_chars
-    """characters of any one text of a request's history but the model's own turns (longer ones are
-    cut, with the ToolSet's marker: rollout/guard.py `admitted`); a run's `tools.max_result_chars`"""
-
-
 @dataclass
 class Serving:
     """What every session of one program serves with: the engine, the tokenizer and its family, the
-    limits, and whose sampling wins (`request_sampling`: False in a run, True for a program on its own)."""
+    limits (a call past `max_turns` calls, or a text past `max_text_chars`, is refused or cut: each
+    names its limit), and whose sampling wins (`request_sampling`: False in a run, True for a program
+    on its own)."""
 
     engine: Engine
     tokenizer: Any
     chat_format: ChatFormat
-    limits: Limits
+    limits: EpisodeLimits
     sampling: SamplingParams
     request_sampling: bool = False
     enable_thinking: bool = False
     model_name: str = "policy"
     starts_in_reasoning: bool = False
+    parser_name: str | Any | None = None
+    """a tool-call parser by name or object in place of the family's (`rollout.parser`)"""
 
     def __post_init__(self) -> None:
         self.told_sampling = False
         """whether the log said once that the run's sampling wins over a request's"""
-        self.parser = self.chat_format.new_parser(starts_in_reasoning=self.starts_in_reasoning)
+        if self.parser_name is None:
+            self.parser = self.chat_format.new_parser(starts_in_reasoning=self.starts_in_reasoning)
+        else:
+            self.parser = get_parser(self.parser_name) if isinstance(self.parser_name, str) else self.parser_name
         fmt, tokenizer = self.chat_format, self.tokenizer
         self.drift_options = {  # read off the vocabulary once: get_vocab() costs milliseconds a call
             "drops_past_reasoning": fmt.drops_past_reasoning,
@@ -134,8 +126,9 @@ class CallRecord:
         return self.prompt_ids + self.completion_ids
 
 
-class EpisodeSession:
-    """The calls of one episode. Reached at `/s/<id>/v1` with its own key; a closed session refuses."""
+class CallSession:
+    """The model calls of one episode, as the endpoint serves them (the episode itself is a
+    `ProgramSession`, play.py). Reached at `/s/<id>/v1` with its own key; a closed session refuses."""
 
     def __init__(
         self, serving: Serving, sample_id: SampleId | None = None, gate: asyncio.Semaphore | None = None,
@@ -167,7 +160,7 @@ class EpisodeSession:
         """Serve one chat-completions request; returns the completion body (wire.py)."""
         serving, limits = self.serving, self.serving.limits
         self._check_open()
-        if self._arrived >= limits.max_calls:
+        if self._arrived >= limits.max_turns:
             self.limit_hit = self.limit_hit or "max_turns"
             raise RequestError(
                 400, f"this episode already made {self._arrived} model calls, its limit (max_calls, a run's "

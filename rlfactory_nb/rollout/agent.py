@@ -28,7 +28,6 @@ generator).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -38,28 +37,23 @@ from typing import Any
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.engines.base import Engine, SamplingParams
-from rlfactory_nb.envs.base import ToolSetEnvironment
+from rlfactory_nb.envs.base import Environment, ToolSetEnvironment
 from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
-from rlfactory_nb.reasoning_mode import trained_mode
-from rlfactory_nb.rollout.episode import Episode, EpisodeLimits, EpisodeStats
+from rlfactory_nb.rollout.episode import Episode
+from rlfactory_nb.rollout.episodes import EpisodeLimits, Episodes
 from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
+from rlfactory_nb.rollout.settings import RolloutSettings
 from rlfactory_nb.rollout.tokens import DriftMode, drift_check, prompt_opens, thinks_by_default
 from rlfactory_nb.seeds import EnvSeed, SampleId
 from rlfactory_nb.tools.config import ToolSetSettings
-from rlfactory_nb.tools.validate import cut_text
-from rlfactory_nb.types import Message, ToolResult, ToolSpec, Trajectory, Turn
+from rlfactory_nb.types import Message, ToolSpec, Trajectory, Turn
 
 __all__ = ["Agent", "AgentSession"]
 
 log = logging.getLogger(__name__)
 
 
-def thinking_mode(cfg: Any) -> bool | None:
-    """`rollout.enable_thinking`, or unset, the mode the model was trained in (a preset's, or the one
-    its folder records; None: the template's default)."""
-    given = cfg.rollout.enable_thinking
-    return trained_mode(cfg.model.name) if given is None else given
 class Agent:
     """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`,
     or with one `env` instance per trajectory (`env=Shop`, a factory, or "module:Class").
@@ -68,7 +62,8 @@ class Agent:
     hour unless set; None: no bound); `max_open_envs` the episodes running at once (an environment
     may hold a process or a database each); `max_text_chars` the characters of any one text an
     environment adds (default: the ToolSet's `max_result_chars`). `env_seed`: whether the members of
-    a group reset with one seed (same task, "group") or each with its own ("sample")."""
+    a group reset with one seed (same task, "group") or each with its own ("sample"). A run builds
+    its Agent from its `RolloutSettings` instead (`from_settings`)."""
 
     def __init__(
         self,
@@ -90,89 +85,73 @@ class Agent:
         max_text_chars: int | None = None,
         env_seed: EnvSeed = DEFAULTS.rollout.env_seed,
     ):
+        toolset_limit = getattr(getattr(tools, "settings", None), "max_result_chars", None)
+        limits = EpisodeLimits(
+            max_turns, max_new_tokens, max_total_tokens, max_text_chars or toolset_limit or ToolSetSettings.max_result_chars,
+            env_timeout_s, max_open_envs,
+        )
+        settings = RolloutSettings(
+            chat_format, parser, enable_thinking, drift, limits, replace(sampling or SamplingParams(), max_new_tokens=max_new_tokens),
+            env, env_seed,
+        )
+        self._configure(settings, policy, tools, engine, tokenizer)
+
+    @classmethod
+    def from_settings(
+        cls, settings: RolloutSettings, policy: Any, tools: Any = None, *, engine: Engine | None = None, tokenizer: Any = None,
+    ) -> Agent:
+        """The agent that plays by `settings` (what a run builds: rollout/settings.py)."""
+        agent = cls.__new__(cls)
+        agent._configure(settings, policy, tools, engine, tokenizer)
+        return agent
+
+    @classmethod
+    def from_config(
+        cls, cfg: Any, policy: Any, tools: Any = None, *, engine: Engine | None = None, temperature: float | None = None,
+        drift: DriftMode | None = None, env: Any = None, trained_thinking: bool | None = None,
+    ) -> Agent:
+        """The agent a RunConfig describes (`RolloutSettings.from_config`, whose arguments these are)."""
+        settings = RolloutSettings.from_config(cfg, trained_thinking=trained_thinking, temperature=temperature, drift=drift, env=env)
+        return cls.from_settings(settings, policy, tools, engine=engine)
+
+    def _configure(self, settings: RolloutSettings, policy: Any, tools: Any, engine: Engine | None, tokenizer: Any) -> None:
+        self.settings = settings
         self.policy = policy
         # Without a policy, an engine on the cluster lends the kernel's tokenizer it carries.
         self.tokenizer = tokenizer or (policy.tokenizer if policy is not None else getattr(engine, "tokenizer", None))
         if self.tokenizer is None:
             raise ConfigError("Agent needs a tokenizer: pass policy=, tokenizer=, or an engine from cluster.engine()")
         self.tools = tools
-        toolset_limit = getattr(getattr(tools, "settings", None), "max_result_chars", None)
-        self.max_text_chars = max_text_chars or toolset_limit or ToolSetSettings.max_result_chars
+        limits = settings.limits
+        self.max_text_chars = limits.max_text_chars
         """the most characters of any one text entering a trajectory from outside the model
         (rollout/guard.py `admitted`): the ToolSet's `max_result_chars` unless given"""
-        self.chat_format = resolve_chat_format(chat_format, self.tokenizer)
-        enable_thinking = thinks_by_default(self.tokenizer) if enable_thinking is None else enable_thinking  # None: the template's
+        self.chat_format = resolve_chat_format(settings.chat_format, self.tokenizer)
+        enable_thinking = thinks_by_default(self.tokenizer) if settings.enable_thinking is None else settings.enable_thinking
         markers = self.chat_format.reasoning
         self.starts_in_reasoning = markers is not None and prompt_opens(self.tokenizer, markers.open, enable_thinking)
         """the generation prompt pre-fills the reasoning opener: each turn's text starts inside it"""
+        parser = settings.parser
         if parser is None:
             self.parser = self.chat_format.new_parser(starts_in_reasoning=self.starts_in_reasoning)
         else:  # a parser by name or object in place of the family's (`rollout.parser`)
             self.parser = get_parser(parser) if isinstance(parser, str) else parser
-        self.max_turns = max_turns
-        self.max_total_tokens = max_total_tokens
-        self.sampling = replace(sampling or SamplingParams(), max_new_tokens=max_new_tokens)
+        self.max_turns = limits.max_turns
+        self.max_total_tokens = limits.max_total_tokens
+        self.sampling = replace(settings.sampling, max_new_tokens=limits.max_new_tokens)
         self._engine = engine
         self.enable_thinking = enable_thinking
-        self.drift = drift
+        self.drift = settings.drift
         self.drift_count = 0
         """rollouts whose ids differ from a full render in a way the template does not explain"""
         self.expected_drift_count = 0
         """rollouts that differ only by the empty think blocks the family's template drops (by design)"""
-        self.env_factory = env_factory(env) if env is not None else None
-        """one episode's environment maker; None: the ToolSet environment over `tools`"""
-        if max_open_envs is not None and max_open_envs < 1:
-            raise ConfigError(f"max_open_envs must be at least 1 (or None: no bound), got {max_open_envs}")
-        if env_timeout_s is not None and env_timeout_s <= 0:
-            raise ConfigError(f"env_timeout_s must be positive (or None: no bound), got {env_timeout_s}")
-        self.env_limits = EpisodeLimits(env_timeout_s, max_open_envs)
-        if env_seed not in ("group", "sample"):
-            raise ConfigError(f'env_seed must be "group" or "sample", got {env_seed!r}')
-        self.env_seed: EnvSeed = env_seed
+        factory = env_factory(settings.env) if settings.env is not None else ToolSetEnvironment.shared_by(tools)
+        self.episodes = Episodes(factory, limits)
+        """how each episode's environment is made (the ToolSet's, shared, by default), the bounds,
+        the counters, and the episodes kept open for the reward functions"""
+        self.env_seed: EnvSeed = settings.env_seed
         """what a named trajectory's reset seed is shared by (seeds.py): its group, or nothing"""
-        self.episode_stats = EpisodeStats()
-        """episodes opened and closed, environment errors by kind, environment and user time"""
-        self.open_episodes: dict[str, Episode] = {}
-        """episodes kept open after their trajectory ended (`keep_open=True`), by trajectory id"""
-        self._slots_by_loop: tuple[Any, asyncio.Semaphore] | None = None
-
-    @classmethod
-    def from_config(
-        cls,
-        cfg: Any,
-        policy: Any,
-        tools: Any = None,
-        *,
-        engine: Engine | None = None,
-        temperature: float | None = None,
-        drift: DriftMode | None = None,
-        env: Any = None,
-    ) -> Agent:
-        """The agent a RunConfig describes (its `rollout` section): what training, `rf.evaluate` and
-        the notebooks all build, so a notebook's rollouts match the trainer's. `temperature`
-        replaces the config's (0: greedy); `env` (a class or factory from the kernel) the config's
-        `rollout.env`."""
-        rollout = cfg.rollout
-        env = env if env is not None else getattr(rollout, "env", None)
-        temperature = rollout.temperature if temperature is None else temperature
-        return cls(
-            policy,
-            tools,
-            parser=rollout.parser,
-            chat_format=rollout.chat_format,
-            max_turns=rollout.max_turns,
-            max_new_tokens=rollout.max_new_tokens,
-            max_total_tokens=rollout.max_total_tokens,
-            sampling=SamplingParams(temperature=temperature, top_p=rollout.top_p if temperature else 1.0),
-            engine=engine,
-            drift=drift or rollout.drift_check,
-            enable_thinking=thinking_mode(cfg),
-            env=env,
-            env_timeout_s=getattr(rollout, "env_timeout_s", DEFAULTS.rollout.env_timeout_s),
-            max_open_envs=getattr(rollout, "max_open_envs", None),
-            max_text_chars=cfg.tools.max_result_chars,
-            env_seed=getattr(rollout, "env_seed", DEFAULTS.rollout.env_seed),
-        )
 
     @property
     def engine(self) -> Engine:
@@ -206,32 +185,17 @@ class Agent:
         episode (reward functions read it as `sample.env`) until `close_episodes`."""
         return await self.start(prompt, metadata, sample_id, keep_open=keep_open).run()
 
-    def env_of(self, traj: Trajectory) -> Any:
+    def env_of(self, traj: Trajectory) -> Environment | None:
         """The still-open environment of a trajectory rolled out with `keep_open` (else None)."""
-        episode = self.open_episodes.get(traj.id)
-        return episode.instance if episode is not None else None
+        return self.episodes.env_of(traj)
 
     async def close_episodes(self, trajectories: Iterable[Trajectory] | None = None) -> None:
         """Close the environments kept open for `trajectories` (None: all of them)."""
-        ids = list(self.open_episodes) if trajectories is None else [traj.id for traj in trajectories]
-        episodes = [self.open_episodes.pop(key) for key in ids if key in self.open_episodes]
-        await asyncio.gather(*(episode.close(self.env_limits.timeout_s) for episode in episodes))
+        await self.episodes.close(trajectories)
 
     def episode_metrics(self, reset: bool = False) -> dict[str, float]:
         """`env/...` counters since the last reset (a training step reads and resets them)."""
-        metrics = self.episode_stats.metrics()
-        if reset:
-            self.episode_stats.reset()
-        return metrics
-
-    def _slots(self) -> asyncio.Semaphore | None:
-        """The bound on running episodes, one per event loop (a semaphore belongs to its loop)."""
-        if self.env_limits.max_open is None:
-            return None
-        loop = asyncio.get_running_loop()
-        if self._slots_by_loop is None or self._slots_by_loop[0] is not loop:
-            self._slots_by_loop = (loop, asyncio.Semaphore(self.env_limits.max_open))
-        return self._slots_by_loop[1]
+        return self.episodes.metrics(reset)
 
     async def generate(
         self, traj: Trajectory, progress: Progress, budget: int, seed: int | None, tools: Sequence[ToolSpec] = ()
@@ -268,18 +232,9 @@ class Agent:
         """Run the turn's calls in the episode's environment (a ToolSet runs them in parallel); parse
         errors are answered too, so the model learns."""
         started = time.perf_counter()
-        results: list[ToolResult] = []
-        if turn.calls:
-            results = list(await episode.call("tool", "call_tools", list(turn.calls)))
-            if len(results) != len(turn.calls) or not all(isinstance(r, ToolResult) for r in results):
-                raise episode.failed("tool", TypeError(f"call_tools returned {len(results)} results for {len(turn.calls)} calls"))
-            if not all(isinstance(r.content, str) for r in results):
-                raise episode.failed("tool", TypeError("call_tools returned a ToolResult whose content is not text"))
-            if not isinstance(episode.instance, ToolSetEnvironment):  # a ToolSet cut its results by the same rule
-                results = [replace(r, content=cut_text(r.content, self.max_text_chars)) for r in results]
-        turn.results = results
+        turn.results = await episode.call_tools(list(turn.calls), self.max_text_chars) if turn.calls else []
         turn.tools_s = time.perf_counter() - started
-        answers = [(result.content, call) for result, call in zip(results, turn.calls)]
+        answers = [(result.content, call) for result, call in zip(turn.results, turn.calls)]
         answers += [(format_error_for_model(error), None) for error in turn.parse_errors]
         message = self.chat_format.tool_message
         return [message(content, call, index) for index, (content, call) in enumerate(answers)]

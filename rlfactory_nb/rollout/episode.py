@@ -13,12 +13,19 @@ The agent loop (rollout/agent.py) owns the tokens; this module owns the instance
   process each cannot start 256 processes.
 
 Methods the environment does not override (the base class's defaults) are not called at all, so the
-default ToolSet environment costs no thread hops.
+default ToolSet environment costs no thread hops. The default is one instance that declares itself
+shared (envs/base.py `SharedEnvironment`): it is never made per episode, bounded, kept open or closed.
+
+Both players of an episode (rf.Agent's loop, rollout/session.py, and an agent program,
+programs/program.py) go through the same steps here: `reset` (the opening joins the prompt),
+`call_tools`, `respond` (a user's or a game's answer), `end` (the environment's reward, then close, or
+kept open for the reward functions in the player's `Episodes`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import time
@@ -28,10 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlfactory_nb._threads import in_thread
-from rlfactory_nb.envs.base import EnvFactory, Environment, ToolSetEnvironment
+from rlfactory_nb.envs.base import EnvFactory, Environment, Response, SharedEnvironment, ToolSetEnvironment
 from rlfactory_nb.errors import EpisodeError
+from rlfactory_nb.rollout import env_returns
+from rlfactory_nb.rollout.guard import admitted
 from rlfactory_nb.tools import validate
-from rlfactory_nb.types import Trajectory
+from rlfactory_nb.tools.validate import cut_text
+from rlfactory_nb.types import Message, ToolCall, ToolResult, ToolSpec, Trajectory, Turn
 
 
 @dataclass
@@ -74,16 +84,6 @@ class EpisodeStats:
         self.errors, self.env_s, self.user_tokens, self.user_s = Counter(), 0.0, 0, 0.0
 
 
-@dataclass(frozen=True)
-class EpisodeLimits:
-    """The bounds every episode of an Agent runs under."""
-
-    timeout_s: float | None = None
-    """seconds an episode may spend inside its steps (generation and environment); None: no bound"""
-    max_open: int | None = None
-    """episodes running at once; None: no bound beyond the rollout's own `max_in_flight`"""
-
-
 class Episode:
     """One Environment instance's life; see the module docstring."""
 
@@ -98,12 +98,17 @@ class Episode:
 
     @classmethod
     def made_now(cls, instance: Environment, stats: EpisodeStats) -> Episode:
-        """An episode over an instance that is already made (the ToolSet environment: nothing to
-        make off the loop, nothing to bound)."""
-        episode = cls(lambda: instance, stats)
+        """An episode over an instance that is already made (the shared ToolSet environment: nothing
+        to make off the loop, nothing to bound)."""
+        episode = cls(SharedEnvironment(instance), stats)
         episode.instance = instance
         stats.opened += 1
         return episode
+
+    @property
+    def shared(self) -> bool:
+        """Whether the instance serves every episode (never reset, kept open or closed per episode)."""
+        return isinstance(self.factory, SharedEnvironment)
 
     async def take_slot(self, slots: asyncio.Semaphore | None) -> None:
         """Wait for one of `slots` (the bound on running episodes); the wait is not the episode's time."""
@@ -166,6 +171,106 @@ class Episode:
             raise self.failed(kind, error) from error
         finally:
             self.stats.env_s += time.perf_counter() - started
+
+    async def reset(self, row: dict[str, Any], seed: int, messages: list[Message], max_text_chars: int) -> None:
+        """Make the instance and reset it with `row`; what `reset` returns joins `messages` (checked,
+        guarded: rollout/env_returns.py, rollout/guard.py)."""
+        await self.open()
+        result = await self.call("reset", "reset", row, seed=seed) if self.overrides("reset") else None
+        self.opening(result, messages, max_text_chars, row)
+
+    def opening(self, result: Any, messages: list[Message], max_text_chars: int, row: dict[str, Any]) -> None:
+        """Apply what `reset` returned to the prompt `messages`; a prompt still empty (a row without
+        one, whose reset wrote none) is a failure of the reset."""
+        try:
+            reset = env_returns.opening(result)
+        except EpisodeError as error:
+            raise self.failed(error.kind, error) from None
+        if reset is not None:
+            added = admitted(reset.messages, max_text_chars)
+            if reset.replace_prompt:
+                messages[:] = added
+            else:
+                messages.extend(added)
+        if not messages:
+            columns = sorted(key for key in row if key != "messages")
+            raise self.failed("reset", ValueError(f"the row has no prompt ('messages' or 'prompt') and reset() wrote none; the row's columns: {columns}"))
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return list(self.instance.tool_specs()) if self.instance is not None else []
+
+    async def call_tools(self, calls: list[ToolCall], max_text_chars: int) -> list[ToolResult]:
+        """One checked result per call, from the episode's environment (a ToolSet runs them in
+        parallel and cuts its results itself; others' are cut to `max_text_chars`)."""
+        if self.closed or self._closing is not None:
+            raise EpisodeError("tool", "the episode has ended: its environment is closed")
+        results = list(await self.call("tool", "call_tools", list(calls)))
+        if len(results) != len(calls) or not all(isinstance(r, ToolResult) for r in results):
+            raise self.failed("tool", TypeError(f"call_tools returned {len(results)} results for {len(calls)} calls"))
+        if not all(isinstance(r.content, str) for r in results):
+            raise self.failed("tool", TypeError("call_tools returned a ToolResult whose content is not text"))
+        if not isinstance(self.instance, ToolSetEnvironment):  # a ToolSet cut its results by the same rule
+            results = [dataclasses.replace(r, content=cut_text(r.content, max_text_chars)) for r in results]
+        return results
+
+    async def respond(self, turn: Turn, max_text_chars: int, metadata: dict[str, Any]) -> Response | None:
+        """The environment's answer to a turn without a call, checked, guarded and recorded on the
+        turn (its replies, speaker, time, reward) and in the trajectory's `metadata` (`env_reward`,
+        a user's tokens and seconds); None: it has none, and the episode ends."""
+        if not self.overrides("respond"):
+            return None
+        started = time.perf_counter()
+        response = await self.call("respond", "respond", turn)
+        turn.env_s = time.perf_counter() - started
+        if response is None:
+            return None
+        if not isinstance(response, Response):
+            raise self.failed("respond", TypeError(f"respond returned {type(response).__name__}, not a Response"))
+        try:
+            replies = env_returns.messages(response.messages, "respond()'s Response.messages is", "respond")
+            tokens, seconds = env_returns.user_counts(response.info)
+        except EpisodeError as error:
+            raise self.failed(error.kind, error) from None
+        response = dataclasses.replace(response, messages=admitted(replies, max_text_chars))
+        turn.replies = [dict(message) for message in response.messages]
+        turn.speaker = response.speaker
+        if response.reward is not None:
+            turn.env_reward = response.reward
+            metadata["env_reward"] = response.reward
+        if tokens or seconds:
+            self.stats.user_tokens += tokens
+            self.stats.user_s += seconds
+            metadata["user_tokens"] = metadata.get("user_tokens", 0) + tokens
+            metadata["user_s"] = metadata.get("user_s", 0.0) + seconds
+        return response
+
+    async def end(self, traj: Trajectory, *, score: bool = True, keep: dict[str, Episode] | None = None,
+                  timeout_s: float | None = None) -> None:
+        """Take the environment's reward into `traj.metadata["env_reward"]` (`score`), then close the
+        instance, or keep it in `keep` (by trajectory id) for the reward functions; a failure is
+        recorded in the trajectory (`env_error`, finish reason "error")."""
+        if self.instance is None or self.closed:
+            self.release_slot()
+            return
+        if score and self.error is None and self.overrides("reward"):
+            try:
+                value = await asyncio.wait_for(self.call("reward", "reward"), timeout_s)
+                if value is not None:
+                    traj.metadata["env_reward"] = value
+            except (EpisodeError, TimeoutError) as error:
+                traj.metadata["env_error"] = env_error_record(self.failed("reward", error))
+                traj.finish_reason = "error"
+            except BaseException:
+                await self.close(timeout_s)
+                raise
+        if score and keep is not None and self.error is None and not self.shared:
+            self.release_slot()  # a kept episode no longer runs; the slot bounds running ones
+            keep[traj.id] = self
+            return
+        await self.close(timeout_s)
+        if self.error is not None and "env_error" not in traj.metadata:
+            traj.metadata["env_error"] = env_error_record(self.error)
+            traj.finish_reason = "error"
 
     def failed(self, kind: str, error: BaseException) -> EpisodeError:
         """Record the episode's (first) failure and count it."""

@@ -16,13 +16,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from rlfactory_nb.rollout.agent import Agent
+from rlfactory_nb.rollout.player import EpisodePlayer
 from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.types import Trajectory
 
 
 async def rollout_groups(
-    agent: Agent,
+    agent: EpisodePlayer,
     rows: Sequence[dict[str, Any]],
     group_size: int,
     max_in_flight: int = 256,

@@ -15,21 +15,17 @@ cancelled step closes it before the cancellation goes on.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlfactory_nb.envs.base import Response, ToolSetEnvironment
+from rlfactory_nb.envs.base import Response
 from rlfactory_nb.errors import DatasetError, EpisodeError
-from rlfactory_nb.rollout import env_returns
-from rlfactory_nb.rollout.episode import Episode, env_error_record
-from rlfactory_nb.rollout.guard import admitted
+from rlfactory_nb.rollout.episode import env_error_record
 from rlfactory_nb.rollout.tokens import delta_ids, prompt_ids
-from rlfactory_nb.seeds import RESET_TURN, SampleId, request_seed
+from rlfactory_nb.seeds import SampleId, episode_seed
 from rlfactory_nb.types import FinishReason, Message, Trajectory, Turn
 
 Prompt = Sequence[Message] | Mapping[str, Any]
@@ -118,14 +114,12 @@ class AgentSession:
         self._specs: list = []
         self._spent_s = 0.0
         self._lock: asyncio.Lock | None = None
-        if agent.env_factory is None:  # the shared ToolSet: nothing to make, reset or close
+        self.episode = agent.episodes.new()
+        self.opened = self.episode.shared  # the shared ToolSet: nothing to make, reset or close
+        if self.opened:
             if not messages:
                 raise DatasetError(f"a dataset row given to rollout needs a 'messages' column (or an env= whose reset writes the prompt); it has {sorted(self.row)}")
-            self.episode = Episode.made_now(ToolSetEnvironment(agent.tools), agent.episode_stats)
-            self._begin(None)
-        else:
-            self.episode = Episode(agent.env_factory, agent.episode_stats)
-        self.opened = agent.env_factory is None
+            self._begin()
 
     @property
     def env(self) -> Any:
@@ -166,11 +160,11 @@ class AgentSession:
         episode as data, anything else (a cancellation, a DriftError) closes it and goes on up.
         An ended episode's reward and close run after the step, outside its timeout (close has a
         bound of its own), so a slow close is counted as one and not as the episode's timeout."""
-        timeout = self.agent.env_limits.timeout_s
+        timeout = self.agent.episodes.limits.timeout_s
         remaining = None if timeout is None else max(timeout - self._spent_s, 0.0)
         turns = self.trajectory.num_turns
         if not self.opened:
-            await self.episode.take_slot(self.agent._slots())
+            await self.episode.take_slot(self.agent.episodes.slots())
         started = time.perf_counter()
         try:
             async with asyncio.timeout(remaining) as bound:
@@ -195,39 +189,16 @@ class AgentSession:
         return turn
 
     async def _open(self) -> None:
-        await self.episode.open()
+        seed = episode_seed(self.sample_id, self.agent.env_seed, self.agent.sampling.seed)
+        await self.episode.reset(self.row, seed, self.trajectory.messages, self.agent.max_text_chars)
         self.opened = True
-        result = None
-        if self.episode.overrides("reset"):
-            result = await self.episode.call("reset", "reset", self.row, seed=self._episode_seed())
-        self._begin(result)
+        self._begin()
 
-    def _episode_seed(self) -> int:
-        if self.sample_id is not None:
-            return self.sample_id.reset_seed(self.agent.env_seed)
-        if self.agent.sampling.seed is not None:
-            return request_seed(self.agent.sampling.seed, RESET_TURN)
-        return random.getrandbits(63)
-
-    def _begin(self, result: Any) -> None:
-        """Apply what `reset` returned to the prompt (checked, cut: rollout/env_returns.py,
-        rollout/guard.py), then assemble the prompt's ids, its opening observation guarded; a prompt
-        still empty (a row without one, whose reset wrote none) is a failure of the reset."""
+    def _begin(self) -> None:
+        """Assemble the prompt's ids (after the reset's opening: rollout/episode.py), the row's own
+        messages trusted, the rest guarded."""
         traj = self.trajectory
-        try:
-            reset = env_returns.opening(result)
-        except EpisodeError as error:
-            raise self.episode.failed(error.kind, error) from None
-        if reset is not None:
-            added = admitted(reset.messages, self.agent.max_text_chars)
-            if reset.replace_prompt:
-                traj.messages[:] = added
-            else:
-                traj.messages.extend(added)
-        if not traj.messages:
-            columns = sorted(key for key in self.row if key != "messages")
-            raise self.episode.failed("reset", ValueError(f"the row has no prompt ('messages' or 'prompt') and reset() wrote none; the row's columns: {columns}"))
-        specs = self.episode.instance.tool_specs() if self.episode.instance is not None else []
+        specs = self.episode.tool_specs()
         self._specs = list(specs)  # the parser types XML-style arguments by them (chat/schema.py)
         self._tools = [spec.to_openai() for spec in specs] or None
         self._progress.ids.extend(prompt_ids(
@@ -280,37 +251,8 @@ class AgentSession:
         return token if token in self.agent.chat_format.end_of_turn else None
 
     async def _respond(self, turn: Turn) -> Response | None:
-        """The environment's answer to a turn without a call, recorded on the turn (None: the end)."""
-        if not self.episode.overrides("respond"):
-            return None
-        started = time.perf_counter()
-        response = await self.episode.call("respond", "respond", turn)
-        turn.env_s = time.perf_counter() - started
-        if response is None:
-            return None
-        if not isinstance(response, Response):
-            raise self.episode.failed("respond", TypeError(f"respond returned {type(response).__name__}, not a Response"))
-        try:
-            replies = env_returns.messages(response.messages, "respond()'s Response.messages is", "respond")
-            counts = env_returns.user_counts(response.info)
-        except EpisodeError as error:
-            raise self.episode.failed(error.kind, error) from None
-        response = dataclasses.replace(response, messages=admitted(replies, self.agent.max_text_chars))
-        turn.replies = [dict(message) for message in response.messages]
-        turn.speaker = response.speaker
-        if response.reward is not None:
-            turn.env_reward = response.reward
-            self.trajectory.metadata["env_reward"] = response.reward
-        self._count_user(*counts)
-        return response
-
-    def _count_user(self, tokens: int, seconds: float) -> None:
-        if tokens or seconds:
-            stats, metadata = self.agent.episode_stats, self.trajectory.metadata
-            stats.user_tokens += tokens
-            stats.user_s += seconds
-            metadata["user_tokens"] = metadata.get("user_tokens", 0) + tokens
-            metadata["user_s"] = metadata.get("user_s", 0.0) + seconds
+        """The environment's answer to a turn without a call (None: the end)."""
+        return await self.episode.respond(turn, self.agent.max_text_chars, self.trajectory.metadata)
 
     def _fail(self, error: EpisodeError, turns_before: int) -> Turn | None:
         """End the episode as data: finish_reason "error", the error named in the metadata."""
@@ -330,27 +272,6 @@ class AgentSession:
     async def _end_episode(self, score: bool = True) -> None:
         """Take the environment's reward (`score`), then close it, or keep it open for the reward
         functions (`keep_open`)."""
-        episode, traj = self.episode, self.trajectory
-        if episode.instance is None or episode.closed:
-            episode.release_slot()
-            return
-        if score and episode.error is None and episode.overrides("reward"):
-            try:
-                value = await asyncio.wait_for(episode.call("reward", "reward"), self.agent.env_limits.timeout_s)
-                if value is not None:
-                    traj.metadata["env_reward"] = value
-            except (EpisodeError, TimeoutError) as error:
-                failure = episode.failed("reward", error)
-                traj.metadata["env_error"] = env_error_record(failure)
-                traj.finish_reason = "error"
-            except BaseException:
-                await episode.close(self.agent.env_limits.timeout_s)
-                raise
-        if score and self.keep_open and episode.error is None and self.agent.env_factory is not None:
-            episode.release_slot()  # a kept episode no longer runs; the slot bounds running ones
-            self.agent.open_episodes[traj.id] = episode
-            return
-        await episode.close(self.agent.env_limits.timeout_s)
-        if episode.error is not None and "env_error" not in traj.metadata:
-            traj.metadata["env_error"] = env_error_record(episode.error)
-            traj.finish_reason = "error"
+        episodes = self.agent.episodes
+        keep = episodes.kept if self.keep_open else None
+        await self.episode.end(self.trajectory, score=score, keep=keep, timeout_s=episodes.limits.timeout_s)

@@ -14,7 +14,10 @@
   histories are.
 
 Rows stay one per trajectory; "turn" and "step_groups" give a list of per-token advantages per
-trajectory, aligned with `response_ids` (0 on tokens outside assistant turns).
+trajectory, aligned with `response_ids` (0 on tokens outside assistant turns). An agent program's
+episode may hold several segments (programs/assembly.py): a turn is then a model call, wherever its
+tokens landed, and the list covers every segment's response tokens in order (earlier segments first),
+which `expand_segments` splits into one list per training row.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from rlfactory_nb.algo.advantages import (
     reward_to_go,
     step_group_advantages,
     turn_advantages,
-    turn_index,
 )
 from rlfactory_nb.errors import ConfigError
+from rlfactory_nb.programs.assembly import segment_trajectories, token_turns
 from rlfactory_nb.rewards.runner import RewardOutcome
 from rlfactory_nb.types import Trajectory
 
@@ -76,22 +79,21 @@ def turn_rewards(traj: Trajectory, score: float) -> list[float]:
 
 def state_keys(traj: Trajectory) -> list[str]:
     """A key of the state each assistant turn starts from (module docstring)."""
-    mask = torch.tensor(traj.loss_mask, dtype=torch.long)
-    starts = _turn_starts(mask)
     keys = []
-    for k, start in enumerate(starts):
+    for k, (row, start) in enumerate(_turn_starts(traj)):
         state = traj.metadata.get("env_state") if k == 0 else (traj.turns[k - 1].state if k - 1 < len(traj.turns) else None)
         if state is not None:
             keys.append("state:" + json.dumps(state, sort_keys=True, default=str))
         else:
-            keys.append("context:" + ",".join(map(str, [*traj.prompt_ids, *traj.response_ids[:start]])))
+            keys.append("context:" + ",".join(map(str, [*row.prompt_ids, *row.response_ids[:start]])))
     return keys
 
 
 def turn_advantage_means(traj: Trajectory, per_token: list[float]) -> list[float]:
     """The advantage of each assistant turn of `traj` (the mean over its tokens), for the views."""
-    index = turn_index(torch.tensor(traj.loss_mask, dtype=torch.long))
+    index = torch.tensor(_episode_turns(traj), dtype=torch.long)
     values = torch.tensor(per_token[: len(index)], dtype=torch.float32)
+    index = index[: len(values)]
     return [round(float(values[index == k].mean()), 4) for k in range(int(index.max()) + 1)] if index.numel() else []
 
 
@@ -103,18 +105,28 @@ def record_turn_advantages(trajectories: list[Trajectory], advantages: Advantage
             traj.metadata["turn_advantages"] = turn_advantage_means(traj, per_token)
 
 
-def _turn_starts(mask: torch.Tensor) -> list[int]:
-    index = turn_index(mask)
-    return [int((index == k).nonzero()[0]) for k in range(int(index.max()) + 1)] if index.numel() else []
+def _episode_turns(traj: Trajectory) -> list[int]:
+    """The turn of each response token of the episode's rows, in order (-1: not sampled)."""
+    return [turn for row in token_turns(traj) for turn in row]
+
+
+def _turn_starts(traj: Trajectory) -> list[tuple[Trajectory, int]]:
+    """Where each turn begins: (its training row, the index of its first response token there)."""
+    starts: dict[int, tuple[Trajectory, int]] = {}
+    for row, turns in zip(segment_trajectories(traj), token_turns(traj)):
+        for position, turn in enumerate(turns):
+            if turn >= 0 and turn not in starts:
+                starts[turn] = (row, position)
+    return [starts[k] for k in sorted(starts)]
 
 
 def _token_turns(groups: list[list[Trajectory]]) -> torch.Tensor:
-    """(N*G, T): the turn of each response token (-1: none)."""
-    flat = [traj for group in groups for traj in group]
-    width = max(max(len(traj.loss_mask) for traj in flat), 1)
+    """(N*G, T): the turn of each response token (-1: none), over every row of each episode."""
+    flat = [_episode_turns(traj) for group in groups for traj in group]
+    width = max(max(len(turns) for turns in flat), 1)
     token_turn = torch.full((len(flat), width), -1, dtype=torch.long)
-    for row, traj in enumerate(flat):
-        token_turn[row, : len(traj.loss_mask)] = turn_index(torch.tensor(traj.loss_mask, dtype=torch.long))
+    for row, turns in enumerate(flat):
+        token_turn[row, : len(turns)] = torch.tensor(turns, dtype=torch.long)
     return token_turn
 
 
@@ -162,4 +174,5 @@ def _with_step_groups(
 
 def _rows(groups: list[list[Trajectory]], per_token: torch.Tensor) -> list[list[float]]:
     flat = [traj for group in groups for traj in group]
-    return [per_token[row, : len(traj.response_ids)].tolist() for row, traj in enumerate(flat)]
+    lengths = [sum(len(row.response_ids) for row in segment_trajectories(traj)) for traj in flat]
+    return [per_token[row, :length].tolist() for row, length in enumerate(lengths)]

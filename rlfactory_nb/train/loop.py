@@ -49,6 +49,7 @@ from rlfactory_nb.programs.assembly import expand_segments, program_metrics
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.player import EpisodePlayer
 from rlfactory_nb.runtime import Runtime, check_names
 from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools.cache import SharedCache
@@ -159,7 +160,7 @@ class Trainer:
         if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
             await self.backend.sync_weights(self.step)
         self.engine = VersionedEngine(self.backend.engine, self.step)
-        self.agent = self.runtime.use(self.engine, self.policy).agent()
+        self.agent: EpisodePlayer = self.runtime.use(self.engine, self.policy).agent()
         self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, uses_ray(cfg))
         log.info("%s: %s", cfg.name, mode)
         self.pipeline = RolloutPipeline(self._draw, self.max_staleness, self.step, cfg.grpo.steps)
@@ -246,7 +247,7 @@ class Trainer:
             **self._overlap(trained, ready.waited_s, timer),
             **self.reward.usage_metrics(),  # the judge's requests, tokens and latency since the last row
             **program_metrics([traj for group in groups for traj in group]),  # agent programs' calls, merges, forks
-            **episode_metrics(self.agent),  # episodes opened and closed, env errors by kind, env time
+            **self.agent.episode_metrics(reset=True),  # episodes opened and closed, env errors by kind, env time
         }
         sampled = sum(traj.num_sampled_tokens for group in groups for traj in group)
         row["throughput/sampled_tokens_per_s"] = sampled / max(row["time/rollout_s"], 1e-9)
@@ -280,8 +281,8 @@ class Trainer:
                 return SampleId(grpo.seed, step, first + prompt, sample)
 
             in_flight = self.cfg.rollout.max_in_flight
-            keep_open = self.agent.env_factory is not None  # rewards read `sample.env` before it closes
-            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id, keep_open=keep_open)
+            # rewards read `sample.env` before it closes (a shared ToolSet environment is never kept)
+            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id, keep_open=True)
             return await self._on_backend(step, "the rollouts", work, actor_deaths_only=True)
 
         return rollout
@@ -419,12 +420,6 @@ class Trainer:
             await self.backend.close()
         if self.runtime is not None:
             await self.runtime.close()
-
-
-def episode_metrics(agent: Any) -> dict[str, float]:
-    """The step's environment counters (rf.Agent); an agent program reports its calls instead."""
-    counters = getattr(agent, "episode_metrics", None)
-    return counters(reset=True) if counters is not None else {}
 
 
 async def train(

@@ -36,7 +36,7 @@ from rlfactory_nb.data.rows import PromptOrder
 from rlfactory_nb.errors import ConfigError, RunFolderExistsError
 from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
-from rlfactory_nb.rollout.agent import thinking_mode
+from rlfactory_nb.reasoning_mode import thinking_mode
 from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.runtime import Runtime, check_names
 from rlfactory_nb.seeds import SampleId

@@ -267,7 +267,7 @@ def test_a_trl_class_is_wrapped_with_trl_env_wherever_an_env_is_given():
         env_factory(IncrementEnv)(),
         env_factory("tests.envs.test_adapters:IncrementEnv")(),  # a config's rollout.env
         RunObjects.of(env=IncrementEnv).env(),  # what train_sync, launch and evaluate are given
-        rf.Agent(None, tokenizer=tokenizer, engine=ScriptedEngine(tokenizer, []), env=IncrementEnv).env_factory(),
+        rf.Agent(None, tokenizer=tokenizer, engine=ScriptedEngine(tokenizer, []), env=IncrementEnv).episodes.factory(),
     ]
     for env in made:
         assert isinstance(env, TRLEnvironment) and type(env.inner).__name__ == "IncrementEnv"

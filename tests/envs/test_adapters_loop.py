@@ -98,7 +98,7 @@ async def test_openenv_episode_through_the_loop_wins_with_masked_tool_tokens(tok
     assert "higher" in masked(tokenizer, traj, 0) or "lower" in masked(tokenizer, traj, 0)
     assert "higher" not in masked(tokenizer, traj, 1) and "lower" not in masked(tokenizer, traj, 1)
     assert '"name": "guess"' in masked(tokenizer, traj, 1)
-    assert agent.episode_stats.open_now == 0 and not agent.episode_stats.errors
+    assert agent.episodes.stats.open_now == 0 and not agent.episodes.stats.errors
 
 
 @needs_openenv
@@ -127,8 +127,8 @@ async def test_openenv_server_dying_mid_episode_ends_it_as_data(tokenizer):
         server.stop()
     assert traj.finish_reason == "error"
     assert traj.metadata["env_error"]["kind"] == "tool" and "closed the session" in traj.metadata["env_error"]["message"]
-    assert dict(agent.episode_stats.errors) == {"tool": 1}
-    assert agent.episode_stats.open_now == 0 and instances[0]._socket is None
+    assert dict(agent.episodes.stats.errors) == {"tool": 1}
+    assert agent.episodes.stats.open_now == 0 and instances[0]._socket is None
 
 
 @needs_openenv
@@ -146,8 +146,8 @@ async def test_refused_sessions_end_as_data_and_leave_nothing_open(tokenizer):
         trajectories = await asyncio.gather(*(agent.rollout(row) for row in rows))
         assert all(t.finish_reason == "error" for t in trajectories)
         assert all("capacity" in t.metadata["env_error"]["message"] for t in trajectories)
-        assert dict(agent.episode_stats.errors) == {"reset": 200}
-        assert agent.episode_stats.opened == agent.episode_stats.closed == 200
+        assert dict(agent.episodes.stats.errors) == {"reset": 200}
+        assert agent.episodes.stats.opened == agent.episodes.stats.closed == 200
         assert engine.prompts == []  # no episode reached the model
         await asyncio.sleep(0.2)
         assert open_fds() <= fds and child_pids() == children
@@ -221,7 +221,7 @@ async def test_an_adapter_env_that_raises_ends_the_episode_as_data(tokenizer):
     tool_result = next(m for m in traj.messages if m["role"] == "tool")
     assert "the counter jammed" in tool_result["content"]  # a tool failure is data the model reads
     assert traj.metadata["env_error"]["kind"] == "close"
-    assert agent.episode_stats.errors["close"] == 1 and agent.episode_stats.open_now == 0
+    assert agent.episodes.stats.errors["close"] == 1 and agent.episodes.stats.open_now == 0
 
 
 async def test_a_factory_that_returns_a_trl_object_fails_in_create_naming_trl_env(tokenizer):

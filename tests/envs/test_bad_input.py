@@ -100,8 +100,8 @@ async def test_a_failing_environment_ends_its_episode_as_data_and_the_batch_goes
     assert failed.finish_reason == "error"
     assert failed.metadata["env_error"]["kind"] == kind and failed.metadata["env_error"]["error"] == error
     assert fine.finish_reason == "stop" and "env_error" not in fine.metadata and fine.metadata["env_reward"] == 1.0
-    assert dict(agent.episode_stats.errors) == {kind: 1}
-    assert agent.episode_stats.opened == agent.episode_stats.closed == 2 and not LIVE
+    assert dict(agent.episodes.stats.errors) == {kind: 1}
+    assert agent.episodes.stats.opened == agent.episodes.stats.closed == 2 and not LIVE
 
 
 async def test_a_factory_that_raises_is_a_create_error(tokenizer):
@@ -109,7 +109,7 @@ async def test_a_factory_that_raises_is_a_create_error(tokenizer):
     trajectories = await asyncio.gather(*(agent.rollout(row("none")) for _ in range(3)))
     assert [t.metadata["env_error"]["kind"] for t in trajectories] == ["create"] * 3
     assert all(t.num_turns == 0 and t.finish_reason == "error" for t in trajectories)
-    assert agent.episode_stats.errors["create"] == 3 and agent.episode_stats.opened == 0  # slots were given back
+    assert agent.episodes.stats.errors["create"] == 3 and agent.episodes.stats.opened == 0  # slots were given back
 
 
 async def test_a_user_that_never_stops_ends_at_the_turn_limit_and_closes(tokenizer):
@@ -127,7 +127,7 @@ async def test_a_cancelled_rollout_still_closes_its_environment(tokenizer):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not LIVE and agent.episode_stats.closed == 1
+    assert not LIVE and agent.episodes.stats.closed == 1
 
 
 class Sandboxed(Faulty):
@@ -157,6 +157,6 @@ async def test_200_failing_episodes_leave_no_instance_and_no_child_process(token
     rows = [row(fault) for fault in faults]
     groups = await rollout_groups(agent, rows, group_size=1)
     assert all(group[0].finish_reason == "error" for group in groups)
-    assert sum(agent.episode_stats.errors.values()) == 200
-    assert agent.episode_stats.opened == agent.episode_stats.closed == 200
+    assert sum(agent.episodes.stats.errors.values()) == 200
+    assert agent.episodes.stats.opened == agent.episodes.stats.closed == 200
     assert not LIVE and children() == before

@@ -97,7 +97,7 @@ async def test_an_episode_runs_tools_on_its_own_instance_and_a_user_answers_as_m
     assert five.metadata["env_state"] == {"value": 0, "goal": 5}
     assert len(Counter.closed) == 2 and len({id(env) for env in Counter.closed}) == 2
     assert agent.episode_metrics()["env/episodes_closed"] == 2.0 and agent.episode_metrics()["env/user_tokens"] == 5.0
-    assert not agent.episode_stats.errors and agent.drift_count == 0
+    assert not agent.episodes.stats.errors and agent.drift_count == 0
 
 
 async def test_reset_sees_the_row_adds_or_replaces_the_prompt_and_is_seeded_by_the_sample_id(tokenizer):
@@ -144,13 +144,13 @@ async def test_kept_open_environments_are_seen_by_rewards_as_sample_env_then_clo
     engine = ScriptedEngine(tokenizer, {"count": [add(2), "Done."]})
     agent = Agent(None, engine=engine, tokenizer=tokenizer, env=Counter, max_turns=4)
     groups = await rollout_groups(agent, [row("count to 2", 2), row("count to 9", 9)], group_size=2, keep_open=True)
-    assert len(agent.open_episodes) == 4 and not Counter.closed
+    assert len(agent.episodes.kept) == 4 and not Counter.closed
     samples = [Sample.from_trajectory(traj, env=agent.env_of(traj)) for group in groups for traj in group]
     assert [sample.env.value for sample in samples] == [2, 2, 2, 2]  # the state the agent left behind
     assert [sample.env.goal for sample in samples] == [2, 2, 9, 9]
     await agent.close_episodes()
-    assert len(Counter.closed) == 4 and not agent.open_episodes
-    assert agent.episode_stats.open_now == 0
+    assert len(Counter.closed) == 4 and not agent.episodes.kept
+    assert agent.episodes.stats.open_now == 0
 
 
 async def test_at_most_max_open_envs_episodes_run_at_once_and_creation_stays_off_the_event_loop(tokenizer):
@@ -186,7 +186,7 @@ async def test_at_most_max_open_envs_episodes_run_at_once_and_creation_stays_off
     assert peak[0] <= 4 and live[0] == 0
     assert elapsed < 12 * 0.2  # made four at a time in worker threads, not one after another
     assert max(b - a for a, b in itertools.pairwise(ticks)) < 0.15  # the loop kept running meanwhile
-    assert agent.episode_stats.opened == agent.episode_stats.closed == 12
+    assert agent.episodes.stats.opened == agent.episodes.stats.closed == 12
 
 
 def test_an_environment_instance_given_for_a_factory_is_refused_with_the_fix():
@@ -237,5 +237,5 @@ async def test_the_reward_lab_scores_with_the_open_environments_and_closes_them_
     await lab.rescore(twice=lambda s: 2.0 * s.env.value)
     assert [o.components["twice"] for group in lab.outcomes for o in group] == [4.0] * 4
     await lab.sample(n_prompts=1)
-    assert len(Counter.closed) == 4 and len(agent.open_episodes) == 2
+    assert len(Counter.closed) == 4 and len(agent.episodes.kept) == 2
     await agent.close_episodes()

@@ -76,7 +76,7 @@ async def test_rows_with_an_id_column_give_every_trajectory_its_own_id_and_its_o
         assert sample.env is not None and int(sample.final_answer) == sample.env.ticket
     await agent.close_episodes(trajectories)
     stats = agent.episode_metrics()
-    assert stats["env/episodes_opened"] == stats["env/episodes_closed"] == 6 and not agent.open_episodes
+    assert stats["env/episodes_opened"] == stats["env/episodes_closed"] == 6 and not agent.episodes.kept
 
 
 async def test_the_members_of_a_group_reset_with_one_seed_and_sample_with_their_own(tokenizer):

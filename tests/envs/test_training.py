@@ -14,7 +14,6 @@ import rlfactory_nb as rf
 from rlfactory_nb.data.objects import RunObjects
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.rollout.episode import EpisodeLimits
 from rlfactory_nb.train.loop import train
 from rlfactory_nb.train.metrics import read_metrics
 
@@ -107,7 +106,8 @@ def test_a_config_names_the_environment_and_its_limits(tiny_dir, tmp_path):
     assert runtime.env == "tests.envs.test_training:Dice" and runtime.env_reward_use() == "reward"
     assert list(runtime.reward.functions) == ["env", "exact_match"]
     agent = runtime.agent()
-    assert agent.env_factory.__name__ == "Dice" and agent.env_limits == EpisodeLimits(timeout_s=5.0, max_open=3)
+    limits = agent.episodes.limits
+    assert agent.episodes.factory.__name__ == "Dice" and (limits.timeout_s, limits.max_open) == (5.0, 3)
     named = config(tiny_dir, tmp_path, rollout__env="tests.envs.test_training:Dice", reward__function=f"{__file__}:roll_seen")
     assert Runtime.from_config(named, RunObjects()).env_reward_use() == "logged"
 

@@ -121,7 +121,7 @@ async def rollout(tokenizer, row, replies, user=None, keep_state=False):
     env = agent.env_of(traj)
     reward, folder, state = env.reward(), env.folder, env.state()
     await agent.close_episodes()
-    assert not folder.exists() and agent.episode_stats.open_now == 0
+    assert not folder.exists() and agent.episodes.stats.open_now == 0
     return (traj, reward, state) if keep_state else (traj, reward)
 
 

@@ -107,7 +107,7 @@ async def test_one_rows_malformed_return_is_that_episodes_error_and_the_others_f
         traj = by_kind[kind]
         assert traj.finish_reason == "error", f"{kind}: {traj.finish_reason}"
         assert traj.metadata["env_error"]["kind"] == where and message in traj.metadata["env_error"]["message"]
-    assert agent.episode_stats.errors == {"reset": 1, "respond": 2} and agent.episode_stats.closed == 4
+    assert agent.episodes.stats.errors == {"reset": 1, "respond": 2} and agent.episodes.stats.closed == 4
 
 
 class Shop(rf.Environment):

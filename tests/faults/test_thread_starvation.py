@@ -111,4 +111,4 @@ def test_a_hung_environment_ends_its_episode_by_default(tiny_policy):
     """Before: `env_timeout_s` had no default, and a hung environment held the step forever."""
     assert DEFAULTS.rollout.env_timeout_s is not None and 0 < DEFAULTS.rollout.env_timeout_s <= 3600
     agent = Agent(tiny_policy, env=rf.Environment)
-    assert agent.env_limits.timeout_s == DEFAULTS.rollout.env_timeout_s
+    assert agent.episodes.limits.timeout_s == DEFAULTS.rollout.env_timeout_s

@@ -96,9 +96,9 @@ def test_the_notebooks_agent_is_the_one_the_examples_run_builds(tiny_policy):
         return example.agent(example.config(), tiny_policy, example.tools() if name != "shop" else None)
 
     calculator = agent_of("calculator")
-    assert isinstance(calculator, rf.Agent) and calculator.env_factory is None and calculator.tools is not None
+    assert isinstance(calculator, rf.Agent) and calculator.episodes.shared and calculator.tools is not None
     shop = agent_of("shop")
-    assert isinstance(shop, rf.Agent) and shop.env_factory is Shop
+    assert isinstance(shop, rf.Agent) and shop.episodes.factory is Shop
     program = agent_of("agents_sdk")
     assert isinstance(program, rf.AgentProgram) and program.fn.__name__ == "solve" and program.tools is not None
     assert program.chat_format.name == calculator.chat_format.name and program.enable_thinking is False

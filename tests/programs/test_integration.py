@@ -64,7 +64,7 @@ def test_a_runtime_binds_the_program_to_the_runs_limits_and_sampling(tiny_policy
     runtime = Runtime.from_config(cfg, None, tiny_policy, engine=engine)
     bound = runtime.agent(temperature=0.0)
     assert isinstance(bound, AgentProgram) and bound.fn is tool_loop
-    assert (bound.max_turns, bound.settings.limits.max_new_tokens, bound.settings.sampling.temperature) == (2, 7, 0.0)
+    assert (bound.max_turns, bound.settings.rollout.limits.max_new_tokens, bound.settings.rollout.sampling.temperature) == (2, 7, 0.0)
     assert bound.settings.request_sampling is False and bound.engine is engine
 
 
@@ -74,7 +74,7 @@ def test_a_program_travels_by_value_with_the_runs_objects():
 
     objects = RunObjects.of(agent=AgentProgram(kernel_program, max_calls=3, timeout_s=9))
     back = RunObjects.loads(objects.dumps())
-    assert back.agent.settings.limits.max_calls == 3 and back.agent.settings.timeout_s == 9
+    assert back.agent.settings.rollout.limits.max_turns == 3 and back.agent.settings.timeout_s == 9
     assert back.agent.fn.__code__.co_code == kernel_program.__code__.co_code
     assert cloudpickle.loads(cloudpickle.dumps(back.agent)).max_turns == 3
 

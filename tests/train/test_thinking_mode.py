@@ -66,7 +66,7 @@ def test_unset_is_the_models_own_default_and_reaches_the_agent(model_dir):
     assert thinking_mode(chosen) is True
     engine = ScriptedEngine(tokenizer, ["hi"])
     folder = RunConfig.from_dict({"name": "t", "model": {"name": str(model_dir)}})
-    built = {name: Agent.from_config(cfg, None, engine=engine) for name, cfg in
+    built = {name: Agent.from_config(cfg, None, engine=engine, trained_thinking=thinking_mode(cfg)) for name, cfg in
              [("preset", preset), ("chosen", chosen), ("folder", folder)]}
     assert {name: agent.enable_thinking for name, agent in built.items()} == {"preset": False, "chosen": True, "folder": True}
     assert not built["folder"].starts_in_reasoning  # Qwen3 opens <think> itself; Qwen3.5 pre-fills it
@@ -85,7 +85,8 @@ def test_a_model_folder_keeps_the_mode_it_was_trained_in(model_dir, tmp_path):
     assert trained_mode(str(folder)) is False and trained_mode(str(model_dir)) is None
     follow_up = RunConfig.from_dict({"name": "t", "model": {"name": str(folder)}})
     assert thinking_mode(follow_up) is False
-    assert Agent.from_config(follow_up, None, engine=ScriptedEngine(tokenizer, ["hi"])).enable_thinking is False
+    agent = Agent.from_config(follow_up, None, engine=ScriptedEngine(tokenizer, ["hi"]), trained_thinking=thinking_mode(follow_up))
+    assert agent.enable_thinking is False
     thinking_run = RunConfig.from_dict({"name": "t", "model": {"name": str(folder)}, "rollout": {"enable_thinking": True}})
     again = save_checkpoint(tmp_path / "run2", 1, model, tokenizer, {}, thinking_run).path
     assert trained_mode(str(again)) is True  # the run's own setting wins over the model's record
