@@ -5,32 +5,31 @@ The trainer knows its actors by role ("policy worker 1 of 2", "engine actor 0");
 turns the error into "policy worker 1 of 2 (pid 4242) died: <Ray's reason>". Ray is looked at only
 when it is already imported, so the local backend never pays for it.
 
-`StepGuard` awaits a step's work on the backend (rollouts, rewards, the update, the weight sync, a
+`StepGuard` watches a step's work on the backend (rollouts, rewards, the update, the weight sync, a
 checkpoint) and turns a failure into `StepFailed`, naming the step, the phase, the dead actor and the
 checkpoint to resume from; the trainer and the step source (train/steps.py) share one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from rlfactory_nb.errors import StepFailed
 
 if TYPE_CHECKING:
     from rlfactory_nb.train.backends import Backend
 
-T = TypeVar("T")
-
 _PID = re.compile(r"\bpid: (\d+)")
 _EXIT_DETAIL = re.compile(r"(?:Worker exit detail|The actor is dead because)[:]? ([^\n]+)")
 
 
 class StepGuard:
-    """Awaits backend work for a step; a failure becomes StepFailed saying what died and how to resume."""
+    """Watches a step's work on the backend; a failure becomes StepFailed saying what died and how to resume."""
 
     def __init__(self) -> None:
         self.backend: Backend | None = None
@@ -38,11 +37,13 @@ class StepGuard:
         self.last_checkpoint: Path | None = None
         """where a failed run resumes from"""
 
-    async def wait(self, step: int, phase: str, work: Awaitable[T], actor_deaths_only: bool = False) -> T:
-        """`work`'s result. With `actor_deaths_only` (rollouts and rewards, whose other errors are
-        the user's to see as they are) any exception but a Ray actor's death passes through unchanged."""
+    @contextlib.contextmanager
+    def during(self, step: int, phase: str, actor_deaths_only: bool = False) -> Iterator[None]:
+        """Around the awaits of one phase of step `step`. With `actor_deaths_only` (rollouts and
+        rewards, whose other errors are the user's to see as they are) any exception but a Ray
+        actor's death passes through unchanged."""
         try:
-            return await work
+            yield
         except Exception as error:
             if actor_deaths_only and not is_actor_death(error):
                 raise

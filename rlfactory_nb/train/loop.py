@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from rlfactory_nb._async import maybe_await, run_sync
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
-from rlfactory_nb.errors import RunFolderExistsError, StepFailed  # noqa: F401  (StepFailed: its old import path)
+from rlfactory_nb.errors import RunFolderExistsError, StepFailed  # noqa: F401 (StepFailed's old path)
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
@@ -161,7 +161,9 @@ class Trainer:
         self.agent = self.runtime.use(self.engine, self.policy).agent()
         self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, uses_ray(cfg))
         log.info("%s: %s", cfg.name, mode)
-        self.steps = StepSource(cfg, self.agent, self.reward, self.train_rows, self.guard, self.step, self.max_staleness)
+        self.steps = StepSource(
+            cfg, self.agent, self.reward, self.train_rows, self.guard, self.step, self.max_staleness
+        )
         self._mark = (time.perf_counter(), 0.0)
         return self
 
@@ -212,7 +214,9 @@ class Trainer:
         keep = drawn.trained(grpo)  # the groups with signal
         groups, outcomes = [drawn.groups[i] for i in keep], [drawn.outcomes[i] for i in keep]
         rewards = drawn.rewards[keep]  # (N, G)
-        advantages = assign_credit(grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight)
+        advantages = assign_credit(  # one per trajectory (N*G,), or per token when credit goes per turn
+            grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight
+        )
         trained = [traj for group in groups for traj in group]
         record_turn_advantages(trained, advantages)
         masked = sum(traj.truncated for traj in trained) if grpo.mask_truncated else 0
@@ -223,10 +227,12 @@ class Trainer:
             if trained:
                 # an agent program's episode may hold several segments: each a row, one advantage
                 batch = build_batch(*expand_segments(trained, advantages), self.policy.tokenizer.pad_token_id)
-                train_metrics = await self.guard.wait(step, "the policy update", self.backend.update(batch, step))
+                with self.guard.during(step, "the policy update"):
+                    train_metrics = await self.backend.update(batch, step)
         with timer("sync"):
             if trained:
-                await self.guard.wait(step, "the weight sync", self.backend.sync_weights(step))
+                with self.guard.during(step, "the weight sync"):
+                    await self.backend.sync_weights(step)
                 self.engine.sent_version = step
         self.engine.version = self.step = step
         self.steps.publish(step)  # asynchronous: later steps' rollouts may start now
@@ -270,12 +276,14 @@ class Trainer:
         return held_out_metrics(results)
 
     async def save_checkpoint(self) -> Path:
+        with self.guard.during(self.step, "the checkpoint"):
+            model, optimizer = await self.backend.checkpoint_model(), await self.backend.optimizer_state()
         saved = ckpt.save_checkpoint(
             self.run_dir,
             self.step,
-            await self.guard.wait(self.step, "the checkpoint", self.backend.checkpoint_model()),
+            model,
             self.policy.tokenizer,
-            await self.guard.wait(self.step, "the checkpoint", self.backend.optimizer_state()),
+            optimizer,
             self.objects.recorded(self.cfg),  # what trained, not a default the kernel's objects replaced
             keep_last=self.cfg.grpo.keep_last,
         )

@@ -125,13 +125,11 @@ class StepSource:
         extra_rounds = grpo.dynamic_sampling.max_rounds if grpo.dynamic_sampling is not None else 0
         for round_ in range(extra_rounds + 1):
             indices = self.order.indices(step) if round_ == 0 else self.order.refill(step, round_)
-            with timer("rollout"):
-                rollouts = self._rollouts(step, [self.rows[index] for index in indices], drawn.prompts)
-                groups = await self.guard.wait(step, "the rollouts", rollouts, actor_deaths_only=True)
+            with timer("rollout"), self.guard.during(step, "the rollouts", actor_deaths_only=True):
+                groups = await self._rollouts(step, [self.rows[index] for index in indices], drawn.prompts)
             played, failed = split_failed(groups)
-            with timer("reward"):
-                scoring = self._score(played, left_out=failed)
-                outcomes = await self.guard.wait(step, "the rewards", scoring, actor_deaths_only=True)
+            with timer("reward"), self.guard.during(step, "the rewards", actor_deaths_only=True):
+                outcomes = await self._score(played, left_out=failed)
             drawn.add(groups, outcomes)
             if len(drawn.trained(grpo)) >= grpo.prompts_per_step:
                 break
@@ -142,11 +140,11 @@ class StepSource:
         """Group rollouts of `rows`, rows[0] being the step's prompt `first` (prompts count on
         across rounds); each request is seeded by (seed, step, prompt, sample, turn), so a step
         samples the same tokens on every run."""
-        seed, group_size, in_flight = self.cfg.grpo.seed, self.cfg.grpo.group_size, self.cfg.rollout.max_in_flight
+        grpo, in_flight = self.cfg.grpo, self.cfg.rollout.max_in_flight
         keep_open = self.agent.env_factory is not None  # rewards read `sample.env` before it closes
         return await rollout_groups(
-            self.agent, rows, group_size, in_flight, keep_open=keep_open,
-            sample_ids=lambda prompt, sample: SampleId(seed, step, first + prompt, sample),
+            self.agent, rows, grpo.group_size, in_flight, keep_open=keep_open,
+            sample_ids=lambda prompt, sample: SampleId(grpo.seed, step, first + prompt, sample),
         )
 
     async def _score(self, groups: Groups, left_out: Groups) -> list[list[RewardOutcome]]:
@@ -155,7 +153,7 @@ class StepSource:
         environment failed gets `rollout.env_error_reward` (when set)."""
         agent = self.agent
         try:
-            samples = [[Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups]
+            samples = [[Sample.from_trajectory(t, env=agent.env_of(t)) for t in group] for group in groups]
             outcomes = await self.reward.score_groups(samples)
         finally:
             await agent.close_episodes([traj for group in [*groups, *left_out] for traj in group])
