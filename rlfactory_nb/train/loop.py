@@ -1,9 +1,10 @@
-"""The GRPO training loop. `Trainer.step` reads as the algorithm:
+"""The GRPO training loop. `Trainer.step_once` reads as the algorithm:
 
-    sample prompts (seeded by step) -> group rollouts on the engines -> rewards -> drop zero-variance
-    groups (and refill them: dynamic sampling) -> group-relative advantages -> leave truncated
-    trajectories out (mask_truncated) -> mini-batched policy update -> push weights to the engines ->
-    metrics row -> (periodically) held-out eval and checkpoint
+    take the step's scored groups (train/steps.py: prompts seeded by step -> group rollouts ->
+    rewards -> episodes closed -> dynamic sampling's refills) -> the groups with signal ->
+    group-relative advantages -> leave truncated trajectories out (mask_truncated) -> mini-batched
+    policy update -> push weights to the engines -> metrics row -> (periodically) held-out eval and
+    checkpoint
 
 Which groups and trajectories a step trains on is `rlfactory_nb.train.selection`'s business.
 
@@ -29,10 +30,10 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -40,42 +41,33 @@ from tqdm.auto import tqdm
 from rlfactory_nb._async import maybe_await, run_sync
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.objects import RunObjects
-from rlfactory_nb.data.rows import PromptOrder
-from rlfactory_nb.errors import RunFolderExistsError, StepFailed
+from rlfactory_nb.errors import RunFolderExistsError, StepFailed  # noqa: F401 (StepFailed's old path)
 from rlfactory_nb.eval import held_out_metrics, held_out_rollouts
 from rlfactory_nb.models import checkpoint as ckpt
 from rlfactory_nb.models.policy import Policy, resolve_device
 from rlfactory_nb.programs.assembly import expand_segments, program_metrics
-from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
+from rlfactory_nb.rewards.runner import RewardRunner
 from rlfactory_nb.rewards.values import RewardFunction
-from rlfactory_nb.rollout.groups import rollout_groups
 from rlfactory_nb.rollout.player import EpisodePlayer
 from rlfactory_nb.runtime import Runtime, check_names
-from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.tools.cache import SharedCache
 from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch
 from rlfactory_nb.train.credit import assign_credit, record_turn_advantages
-from rlfactory_nb.train.failures import backend_actors, backend_node_of, describe_failure, is_actor_death
+from rlfactory_nb.train.failures import StepGuard
 from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics, sample_rows
-from rlfactory_nb.train.pipeline import (
-    RolloutPipeline,
-    check_versions,
-    effective_staleness,
-    overlap_metrics,
-    sample_staleness,
-)
+from rlfactory_nb.train.pipeline import effective_staleness, overlap_metrics, sample_staleness
 from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.train.run_storage import after_upload, upload_for
-from rlfactory_nb.train.selection import GroupTally, draw_groups, without_truncated
+from rlfactory_nb.train.selection import GroupTally, without_truncated
+from rlfactory_nb.train.steps import StepSource
 from rlfactory_nb.train.trainable import TrainingSetup
 from rlfactory_nb.train.versioned_engine import VersionedEngine
-from rlfactory_nb.types import Sample, Trajectory
+from rlfactory_nb.types import Trajectory
 
 StepCallback = Callable[[dict[str, Any]], Any]
 StopEvent = asyncio.Event | threading.Event  # what `train` checks between steps: `is_set()`
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -91,7 +83,8 @@ class TrainResult:
 
 
 class Trainer:
-    """One run: owns the policy, the runtime (runtime.py), the backend and the run folder. `start` first."""
+    """One run: owns the policy, the runtime (runtime.py), the backend, the step source
+    (train/steps.py) and the run folder. `start` first."""
 
     def __init__(
         self,
@@ -119,8 +112,13 @@ class Trainer:
         self.step = 0
         self.runtime: Runtime | None = None
         self.backend: Any = None
-        self.last_checkpoint: Path | None = None
+        self.steps: StepSource | None = None
+        self.guard = StepGuard()  # a dead actor fails the step, naming the checkpoint to resume from
         self.tally = GroupTally()
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        return self.guard.last_checkpoint
 
     # ------------------------------------------------------------------ setup
 
@@ -135,7 +133,6 @@ class Trainer:
         self.reward = self.runtime.reward
         self.train_rows = self.runtime.train_rows()
         self.eval_rows = self.runtime.eval_rows() if cfg.grpo.eval_every else []
-        self.order = PromptOrder(len(self.train_rows), cfg.grpo.prompts_per_step, cfg.grpo.seed)
         check_engine_kind(cfg.model.engine)
         # The dtypes and LoRA targets are checked here too, before anything starts.
         self.setup = TrainingSetup.from_config(cfg, resolve_device(cfg.model.device))
@@ -146,7 +143,7 @@ class Trainer:
             self.policy = self._load(checkpoint.path)
             self.step, optimizer_state = state["step"], state["optimizer"]
             ckpt.restore_rng(state["rng"])
-            self.last_checkpoint = checkpoint.path
+            self.guard.last_checkpoint = checkpoint.path
         else:
             torch.manual_seed(cfg.grpo.seed)
             self.policy = self.policy or self._load(cfg.model.name)
@@ -154,7 +151,9 @@ class Trainer:
         self.metrics = MetricsWriter(self.run_dir, wandb_project=cfg.wandb_project, config=cfg.to_dict())
         self.metrics.truncate_after(self.step)
         await self.runtime.start()
-        self.backend = make_backend(cfg, self.policy, optimizer_state, self._reference(checkpoint), self.step)
+        self.guard.backend = self.backend = make_backend(
+            cfg, self.policy, optimizer_state, self._reference(checkpoint), self.step
+        )
         if self.backend.judge is not None:
             self.reward = self.runtime.use_judge(self.backend.judge)
         if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
@@ -163,7 +162,9 @@ class Trainer:
         self.agent: EpisodePlayer = self.runtime.use(self.engine, self.policy).agent()
         self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, uses_ray(cfg))
         log.info("%s: %s", cfg.name, mode)
-        self.pipeline = RolloutPipeline(self._draw, self.max_staleness, self.step, cfg.grpo.steps)
+        self.steps = StepSource(
+            cfg, self.agent, self.reward, self.train_rows, self.guard, self.step, self.max_staleness
+        )
         self._mark = (time.perf_counter(), 0.0)
         return self
 
@@ -208,16 +209,18 @@ class Trainer:
     async def step_once(self) -> dict[str, Any]:
         """Run the next step; returns its metrics row. Its rollouts may have been generated while
         earlier steps trained (grpo.max_staleness; `rlfactory_nb.train.pipeline`)."""
-        cfg, step, timer, started = self.cfg.grpo, self.step + 1, StepTimer(), time.perf_counter()
-        ready = await self.pipeline.take(step)
-        drawn = ready.drawn
-        groups, outcomes, keep = drawn.groups, drawn.outcomes, drawn.trained(cfg)
-        check_versions([traj for group in groups for traj in group], step - 1, self.max_staleness, step)
-        rewards = drawn.rewards  # (N, G)
-        advantages = self.advantages([groups[i] for i in keep], rewards[keep], [outcomes[i] for i in keep])
-        trained = [traj for i in keep for traj in groups[i]]
+        grpo, step, timer, started = self.cfg.grpo, self.step + 1, StepTimer(), time.perf_counter()
+        scored = await self.steps.take(step)  # rolled out, scored, episodes closed
+        drawn = scored.drawn
+        keep = drawn.trained(grpo)  # the groups with signal
+        groups, outcomes = [drawn.groups[i] for i in keep], [drawn.outcomes[i] for i in keep]
+        rewards = drawn.rewards[keep]  # (N, G)
+        advantages = assign_credit(  # one per trajectory (N*G,), or per token when credit goes per turn
+            grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight
+        )
+        trained = [traj for group in groups for traj in group]
         record_turn_advantages(trained, advantages)
-        masked = sum(traj.truncated for traj in trained) if cfg.mask_truncated else 0
+        masked = sum(traj.truncated for traj in trained) if grpo.mask_truncated else 0
         if masked:
             trained, advantages = without_truncated(trained, advantages)
         train_metrics: dict[str, float] = {}
@@ -225,43 +228,37 @@ class Trainer:
             if trained:
                 # an agent program's episode may hold several segments: each a row, one advantage
                 batch = build_batch(*expand_segments(trained, advantages), self.policy.tokenizer.pad_token_id)
-                update = self.backend.update(batch, step)
-                train_metrics = await self._on_backend(step, "the policy update", update)
+                with self.guard.during(step, "the policy update"):
+                    train_metrics = await self.backend.update(batch, step)
         with timer("sync"):
             if trained:
-                await self._on_backend(step, "the weight sync", self.backend.sync_weights(step))
+                with self.guard.during(step, "the weight sync"):
+                    await self.backend.sync_weights(step)
                 self.engine.sent_version = step
         self.engine.version = self.step = step
-        self.pipeline.publish(step)
+        self.steps.publish(step)  # asynchronous: later steps' rollouts may start now
         self.tally.add(drawn, len(keep) if trained else 0)
-        self._save_trajectories(groups, outcomes, drawn.failed, step)
+        if grpo.trajectories_per_step:
+            RunFolder(self.run_dir).write_trajectories(step, drawn.labelled(step, grpo.trajectories_per_step))
         if self.cfg.samples_per_step:
             self.metrics.write_samples(
-                step, sample_rows(step, groups, outcomes, trained, advantages, self.cfg.samples_per_step)
+                step, sample_rows(step, drawn.groups, drawn.outcomes, trained, advantages, self.cfg.samples_per_step)
             )
+        every = [traj for group in drawn.groups for traj in group]
         row = {
             **groups_metrics(step, drawn, len(keep), advantages, masked),
             **train_metrics,
-            **ready.seconds,
+            **scored.seconds,
             **timer.seconds(),
-            **self._overlap(trained, ready.waited_s, timer),
+            **self._overlap(trained, scored.waited_s, timer),
             **self.reward.usage_metrics(),  # the judge's requests, tokens and latency since the last row
-            **program_metrics([traj for group in groups for traj in group]),  # agent programs' calls, merges, forks
+            **program_metrics(every),  # agent programs' calls, merges, forks
             **self.agent.episode_metrics(reset=True),  # episodes opened and closed, env errors by kind, env time
         }
-        sampled = sum(traj.num_sampled_tokens for group in groups for traj in group)
+        sampled = sum(traj.num_sampled_tokens for traj in every)
         row["throughput/sampled_tokens_per_s"] = sampled / max(row["time/rollout_s"], 1e-9)
         row["time/step_s"] = time.perf_counter() - started
         return row
-
-    def _draw(self, step: int, timer: StepTimer) -> Awaitable[Any]:
-        """Step `step`'s groups, rolled out and scored (with dynamic sampling's extra rounds)."""
-
-        async def score(groups: list[list[Trajectory]], left_out: list[list[Trajectory]]) -> list[list[RewardOutcome]]:
-            # a judge's engine actor that died fails the step, named; other failures are the runner's
-            return await self._on_backend(step, "the rewards", self.score(groups, left_out), actor_deaths_only=True)
-
-        return draw_groups(step, self.order, self.train_rows, self.cfg.grpo, self._rollouts(step), score, timer)
 
     def _overlap(self, trained: list[Trajectory], waited_s: float, timer: StepTimer) -> dict[str, float]:
         """Asynchrony metrics over the wall time since the previous step ended."""
@@ -270,91 +267,6 @@ class Trainer:
         trainer_s = sum(timer.seconds().get(key, 0.0) for key in ("time/update_s", "time/sync_s"))
         staleness = sample_staleness(trained, self.step - 1)
         return overlap_metrics(staleness, self.max_staleness, waited_s, busy - busy_then, trainer_s, now - then)
-
-    def _rollouts(self, step: int) -> Callable[[list[dict[str, Any]], int], Awaitable[list[list[Trajectory]]]]:
-        """Group rollouts of some rows on the backend's engines, for `draw_groups`; each request is
-        seeded by (seed, step, prompt, sample, turn), so a step samples the same tokens on every run."""
-        grpo = self.cfg.grpo
-
-        async def rollout(rows: list[dict[str, Any]], first: int) -> list[list[Trajectory]]:
-            def sample_id(prompt: int, sample: int) -> SampleId:  # `first`: rows[0]'s index in the step
-                return SampleId(grpo.seed, step, first + prompt, sample)
-
-            in_flight = self.cfg.rollout.max_in_flight
-            # rewards read `sample.env` before it closes (a shared ToolSet environment is never kept)
-            work = rollout_groups(self.agent, rows, grpo.group_size, in_flight, sample_ids=sample_id, keep_open=True)
-            return await self._on_backend(step, "the rollouts", work, actor_deaths_only=True)
-
-        return rollout
-
-    async def _on_backend(
-        self, step: int, phase: str, work: Awaitable[T], actor_deaths_only: bool = False
-    ) -> T:
-        """Await backend work; a failure becomes StepFailed saying what died and how to resume.
-        With `actor_deaths_only` (rollouts, whose other errors are the user's to see as they are) any
-        other exception passes through unchanged."""
-        try:
-            return await work
-        except Exception as error:
-
-            if actor_deaths_only and not is_actor_death(error):
-                raise
-
-            where = self.last_checkpoint or "none yet (resuming starts the run over)"
-            raise StepFailed(
-                f"step {step} failed during {phase}: "
-                f"{describe_failure(error, backend_actors(self.backend), backend_node_of(self.backend))}\n"
-                f"The last checkpoint is {where}. Fix the cause, then resume: train(cfg, resume=True), "
-                "`rlfactory-nb train CONFIG --resume`, or launch(cfg, cluster, resume=True)."
-            ) from error
-
-    async def score(
-        self, groups: list[list[Trajectory]], left_out: Sequence[list[Trajectory]] = ()
-    ) -> list[list[RewardOutcome]]:
-        """Score `groups` with each episode's environment still open (`sample.env`), then close
-        their episodes and those of the `left_out` groups, which are not scored (train/selection.py);
-        an episode whose environment failed gets `rollout.env_error_reward` (when set)."""
-        agent = self.agent
-        try:
-            samples = [[Sample.from_trajectory(traj, env=agent.env_of(traj)) for traj in group] for group in groups]
-            outcomes = await self.reward.score_groups(samples)
-        finally:
-            await agent.close_episodes([traj for group in [*groups, *left_out] for traj in group])
-        failed, value = "env_error", self.cfg.rollout.env_error_reward
-        if value is None:
-            return outcomes
-        return [
-            [dataclasses.replace(o, score=value) if failed in traj.metadata else o for traj, o in zip(group, scored)]
-            for group, scored in zip(groups, outcomes)
-        ]
-
-    def advantages(
-        self, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]]
-    ) -> torch.Tensor | list[list[float]]:
-        """One advantage per trajectory (N*G,), or per response token when credit goes per turn
-        (`grpo.advantage`, train/credit.py)."""
-        grpo = self.cfg.grpo
-        return assign_credit(grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight)
-
-    def _save_trajectories(
-        self, groups: list[list[Trajectory]], outcomes: list[list[RewardOutcome]], failed: list[list[Trajectory]], step: int
-    ) -> None:
-        """The step's trajectories, the failed groups' last (unscored: reward None), to the run folder."""
-        limit = self.cfg.grpo.trajectories_per_step
-        if limit == 0:
-            return
-        flat: list[tuple[Trajectory, RewardOutcome | None]] = [
-            (traj, outcome) for group, scored in zip(groups, outcomes) for traj, outcome in zip(group, scored)
-        ]
-        flat += [(traj, None) for group in failed for traj in group]
-        chosen = flat if limit < 0 else flat[:limit]
-        for traj, outcome in chosen:
-            traj.metadata.update(
-                step=step,
-                reward=outcome.score if outcome is not None else None,
-                reward_components=outcome.components if outcome is not None else {},
-            )
-        RunFolder(self.run_dir).write_trajectories(step, [traj for traj, _ in chosen])
 
     # ------------------------------------------------------------------ eval and checkpoints
 
@@ -365,16 +277,18 @@ class Trainer:
         return held_out_metrics(results)
 
     async def save_checkpoint(self) -> Path:
+        with self.guard.during(self.step, "the checkpoint"):
+            model, optimizer = await self.backend.checkpoint_model(), await self.backend.optimizer_state()
         saved = ckpt.save_checkpoint(
             self.run_dir,
             self.step,
-            await self._on_backend(self.step, "the checkpoint", self.backend.checkpoint_model()),
+            model,
             self.policy.tokenizer,
-            await self._on_backend(self.step, "the checkpoint", self.backend.optimizer_state()),
+            optimizer,
             self.objects.recorded(self.cfg),  # what trained, not a default the kernel's objects replaced
             keep_last=self.cfg.grpo.keep_last,
         )
-        self.last_checkpoint = saved.path
+        self.guard.last_checkpoint = saved.path
         return saved.path
 
     # ------------------------------------------------------------------ the run
@@ -383,7 +297,7 @@ class Trainer:
         cfg = self.cfg.grpo
         row: dict[str, Any] = {}
         self._mark = (time.perf_counter(), self.engine.busy_seconds())
-        self.pipeline.publish(self.step)  # asynchronous: the first steps' rollouts start now
+        self.steps.publish(self.step)  # asynchronous: the first steps' rollouts start now
         if cfg.eval_every and self.step == 0:
             self.metrics.write({"step": 0, **await self.evaluate()})
         bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {self.cfg.name}", unit="step")
@@ -412,8 +326,8 @@ class Trainer:
 
     async def close(self) -> None:
         """Rollouts in flight are discarded (a resumed run generates them again)."""
-        if getattr(self, "pipeline", None) is not None:
-            await self.pipeline.close()
+        if self.steps is not None:
+            await self.steps.close()
         with contextlib.suppress(Exception):
             self.metrics.close()
         if self.backend is not None:

@@ -23,100 +23,55 @@ Rollouts in flight when the run stops or crashes are discarded; step s's prompts
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from rlfactory_nb.errors import ConfigError, TrainingError
-from rlfactory_nb.train.metrics import StepTimer
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.train.versioned_engine import StaleSamples
 from rlfactory_nb.types import Trajectory
 
 
-@dataclass(frozen=True)
-class Ready:
-    """One step's rollouts, scored, as the trainer takes them."""
-
-    drawn: Any
-    """what `draw` returned (a `rlfactory_nb.train.selection.StepGroups`)"""
-    seconds: dict[str, float]
-    """the draw's phase times (time/rollout_s, time/reward_s), spent before or during the take"""
-    waited_s: float
-    """how long the trainer waited for them"""
-
-
-Draw = Callable[[int, StepTimer], Awaitable[Any]]
-
-
-class RolloutPipeline:
-    """Starts each step's `draw(step, timer)` as early as the bound allows; `take(step)` waits for it.
+class RolloutSchedule:
+    """Which steps' rollouts may start now, by the rule above. It starts nothing itself: the step
+    source (`rlfactory_nb.train.steps.StepSource`) starts the steps that `publish` and `request`
+    return, each once.
 
     `version`: the weights the engines hold now (the step a run starts or resumes from);
     `last_step`: no rollouts are started ahead of time beyond it (a step asked for still is)."""
 
-    def __init__(self, draw: Draw, max_staleness: int, version: int, last_step: int):
+    def __init__(self, max_staleness: int, version: int, last_step: int):
         if max_staleness < 0:
             raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
-        self._draw = draw
         self.max_staleness = max_staleness
         self.version = version
         self.last_step = last_step
-        self._requested = version
-        self._next = version + 1
-        self._running: dict[int, tuple[asyncio.Task[Any], StepTimer]] = {}
+        self.requested = version
+        self.next = version + 1
+        """the first step not started yet"""
 
-    def publish(self, version: int) -> None:
-        """Every engine now holds `version` (a weight sync finished): start what that allows."""
+    def publish(self, version: int) -> list[int]:
+        """Every engine now holds `version` (a weight sync finished): the steps that may start now."""
         if version < self.version:
             raise StaleSamples(f"the engines' weights version went back from {self.version} to {version}")
         self.version = version
-        self._start_allowed()
+        return self._due()
 
-    async def take(self, step: int) -> Ready:
-        """Step `step`'s rollouts, scored; raises what the draw raised."""
-        self._requested = max(self._requested, step)
-        self._start_allowed()
-        if step not in self._running:
-            raise TrainingError(
-                f"step {step}'s rollouts were never started (next {self._next}, engines at version {self.version})"
-            )
-        task, timer = self._running.pop(step)
-        started = time.perf_counter()
-        drawn = await task
-        return Ready(drawn, timer.seconds(), time.perf_counter() - started)
+    def request(self, step: int) -> list[int]:
+        """The trainer asks for step `step`'s rollouts: the steps that may start now."""
+        self.requested = max(self.requested, step)
+        return self._due()
 
-    def in_flight(self) -> list[int]:
-        """The steps whose rollouts are being generated or wait to be taken."""
-        return sorted(self._running)
-
-    async def close(self, timeout_s: float = 30.0) -> None:
-        """Discard the rollouts in flight: cancel them and wait up to `timeout_s` for them to end."""
-        tasks = [task for task, _ in self._running.values()]
-        self._running.clear()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout_s)
-        for task in tasks:  # retrieve the exceptions, so none is reported as never retrieved
-            if task.done() and not task.cancelled():
-                with contextlib.suppress(BaseException):
-                    task.result()
-
-    def _start_allowed(self) -> None:
-        k = self.max_staleness
+    def _due(self) -> list[int]:
+        k, due = self.max_staleness, []
         while (
-            self._next <= max(self.last_step, self._requested)  # ahead of time only up to the last step
-            and self._next <= self._requested + k
-            and self._next - 1 - k <= self.version
+            self.next <= max(self.last_step, self.requested)  # ahead of time only up to the last step
+            and self.next <= self.requested + k
+            and self.next - 1 - k <= self.version
         ):
-            timer = StepTimer()
-            task = asyncio.ensure_future(self._draw(self._next, timer))
-            self._running[self._next] = (task, timer)
-            self._next += 1
+            due.append(self.next)
+            self.next += 1
+        return due
 
 
 def sample_staleness(trajectories: Sequence[Trajectory], trained_version: int) -> list[int]:

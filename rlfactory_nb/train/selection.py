@@ -9,7 +9,8 @@ until the step holds `prompts_per_step` groups with signal or `max_rounds` extra
 Groups with signal beyond `prompts_per_step` are not trained, so a step's batch never grows. Round
 r's prompts are a function of (seed, step, r) alone (`PromptOrder.refill`), never of how earlier
 rounds went, so a resumed run draws the same prompts. Every group drawn counts in the step's reward
-and rollout metrics: each is a fresh draw from the training set.
+and rollout metrics: each is a fresh draw from the training set. The step source (train/steps.py)
+draws the rounds; this module says which of their groups a step trains on.
 
 `grpo.mask_truncated` leaves trajectories cut off by a limit (`Trajectory.truncated`) out of the
 loss, as TRL's `mask_truncated_completions` and DAPO's overlong filtering do: their reward is real,
@@ -31,7 +32,7 @@ read, not a failure.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,11 +40,9 @@ import torch
 from torch import Tensor
 
 from rlfactory_nb.algo.advantages import zero_variance_groups
-from rlfactory_nb.data.rows import PromptOrder, Row
 from rlfactory_nb.errors import EnvironmentFailed
 from rlfactory_nb.rewards.runner import RewardOutcome
 from rlfactory_nb.rollout.episode import failed_before_start
-from rlfactory_nb.train.metrics import StepTimer
 from rlfactory_nb.types import Trajectory
 
 Groups = list[list[Trajectory]]
@@ -147,6 +146,22 @@ class StepGroups:
         """Which trajectories a limit cut off, (N, G)."""
         return torch.tensor([[traj.truncated for traj in group] for group in self.groups], dtype=torch.bool)
 
+    def labelled(self, step: int, limit: int) -> list[Trajectory]:
+        """The first `limit` trajectories (all when < 0), then the failed groups' (unscored: reward
+        None), each with its step and reward in its metadata: what the run folder keeps."""
+        flat: list[tuple[Trajectory, RewardOutcome | None]] = [
+            (traj, outcome) for group, scored in zip(self.groups, self.outcomes) for traj, outcome in zip(group, scored)
+        ]
+        flat += [(traj, None) for group in self.failed for traj in group]
+        chosen = flat if limit < 0 else flat[:limit]
+        for traj, outcome in chosen:
+            traj.metadata.update(
+                step=step,
+                reward=outcome.score if outcome is not None else None,
+                reward_components=outcome.components if outcome is not None else {},
+            )
+        return [traj for traj, _ in chosen]
+
     def trained(self, grpo: Any) -> list[int]:
         """The groups to train on: those with signal, at most `prompts_per_step` under dynamic sampling."""
         if not self.groups:
@@ -155,34 +170,6 @@ class StepGroups:
             self.rewards, self.truncated, grpo.filter_zero_variance, grpo.mask_truncated
         )
         return found[: grpo.prompts_per_step] if grpo.dynamic_sampling is not None else found
-
-
-async def draw_groups(
-    step: int,
-    order: PromptOrder,
-    rows: Sequence[Row],
-    grpo: Any,
-    rollout: Callable[[list[Row], int], Awaitable[Groups]],
-    score: Callable[[Groups, Groups], Awaitable[list[list[RewardOutcome]]]],
-    timer: StepTimer,
-) -> StepGroups:
-    """Roll out and score the step's prompts, then dynamic sampling's extra rounds while needed.
-    `rollout(rows, first)` gets the step's index of rows[0] (prompts count on across rounds);
-    `score(groups, failed)` scores `groups` and lets go of both's episodes (module docstring)."""
-    drawn = StepGroups()
-    extra_rounds = grpo.dynamic_sampling.max_rounds if grpo.dynamic_sampling is not None else 0
-    for round_ in range(extra_rounds + 1):
-        indices = order.indices(step) if round_ == 0 else order.refill(step, round_)
-        with timer("rollout"):
-            groups = await rollout([rows[index] for index in indices], drawn.prompts)
-        played, failed = split_failed(groups)
-        with timer("reward"):
-            outcomes = await score(played, failed)
-        drawn.add(groups, outcomes)
-        if len(drawn.trained(grpo)) >= grpo.prompts_per_step:
-            break
-    drawn.check_some_episode_ran(step)
-    return drawn
 
 
 @dataclass

@@ -312,7 +312,6 @@ async def _sample_round(
     """Round `number`'s samples: k per prompt, scored, each with `metadata["reward"]` set."""
     sft = cfg.sft
     prompts = PromptOrder(len(rows), sft.prompts_per_round, sft.seed).rows(rows, number)
-    keep_open = getattr(agent, "env_factory", None) is not None  # rewards read `sample.env` before it closes
 
     def sample_id(prompt: int, sample: int) -> SampleId:
         return SampleId(sft.seed, number, prompt, sample)
@@ -323,7 +322,7 @@ async def _sample_round(
         sft.samples_per_prompt,
         cfg.rollout.max_in_flight,
         sample_ids=sample_id,
-        keep_open=keep_open,
+        keep_open=True,  # rewards read `sample.env` before it closes (a shared ToolSet is never kept)
     )
     try:
         samples = [

@@ -1,5 +1,6 @@
 """Asynchronous GRPO: when each step's rollouts may start (the staleness bound), the version labels on
-samples, and the loop on the local backend with max_staleness 1: staleness, resume, stop, errors."""
+samples, and the loop on the local backend with max_staleness 1: staleness, resume, stop, errors.
+The step source that runs the schedule is tested in test_steps.py."""
 
 import asyncio
 import threading
@@ -11,7 +12,7 @@ from rlfactory_nb.engines import Generation, SamplingParams
 from rlfactory_nb.train.loop import StepFailed, Trainer, train
 from rlfactory_nb.train.metrics import read_metrics
 from rlfactory_nb.train.pipeline import (
-    RolloutPipeline,
+    RolloutSchedule,
     check_versions,
     effective_staleness,
     sample_staleness,
@@ -22,88 +23,46 @@ from rlfactory_nb.types import Trajectory, Turn, load_jsonl
 # ---------------------------------------------------------------------- the schedule
 
 
-class Recorder:
-    """A draw that records the engines' version when each step's rollouts start, and can be held."""
+def run_steps(schedule: RolloutSchedule, first: int, last: int) -> dict[int, int]:
+    """From the engines holding the weights of step first-1, take steps first..last as the trainer
+    does; the engines' version when each step started."""
+    started: dict[int, int] = {}
 
-    def __init__(self):
-        self.started: dict[int, int] = {}
-        self.release = asyncio.Event()
-        self.release.set()
-        self.pipeline: RolloutPipeline | None = None
+    def start(steps):
+        assert not set(steps) & set(started), steps  # each step starts once
+        started.update(dict.fromkeys(steps, schedule.version))
 
-    async def draw(self, step, timer):
-        self.started[step] = self.pipeline.version
-        with timer("rollout"):
-            await self.release.wait()
-        return f"groups of step {step}"
-
-
-def pipeline(k: int, version: int = 0, last: int = 10) -> tuple[RolloutPipeline, Recorder]:
-    recorder = Recorder()
-    recorder.pipeline = RolloutPipeline(recorder.draw, k, version, last)
-    return recorder.pipeline, recorder
-
-
-async def run_steps(pipe: RolloutPipeline, first: int, last: int) -> list:
-    taken = []
+    start(schedule.publish(first - 1))  # asynchronous: the first steps start now
     for step in range(first, last + 1):
-        taken.append((await pipe.take(step)).drawn)
-        await asyncio.sleep(0)  # an update
-        pipe.publish(step)
-    return taken
+        start(schedule.request(step))
+        assert step in started  # a step asked for has started
+        start(schedule.publish(step))  # after its update and weight sync
+    return started
 
 
-async def test_synchronous_steps_start_only_when_taken_with_the_previous_weights():
-    pipe, rec = pipeline(k=0)
-    pipe.publish(0)
-    await asyncio.sleep(0)
-    assert rec.started == {}  # nothing is generated ahead
-    assert await run_steps(pipe, 1, 4) == [f"groups of step {s}" for s in range(1, 5)]
-    assert rec.started == {1: 0, 2: 1, 3: 2, 4: 3}  # step s sampled by version s-1: staleness 0
+def test_synchronous_steps_start_only_when_taken_with_the_previous_weights():
+    schedule = RolloutSchedule(0, version=0, last_step=10)
+    assert schedule.publish(0) == []  # nothing is generated ahead
+    assert run_steps(schedule, 1, 4) == {1: 0, 2: 1, 3: 2, 4: 3}  # step s sampled by version s-1: staleness 0
 
 
 @pytest.mark.parametrize("k", [1, 2])
-async def test_steps_run_ahead_at_most_k_versions_and_never_past_the_last_step(k):
-    pipe, rec = pipeline(k=k, last=6)
-    pipe.publish(0)
-    await run_steps(pipe, 1, 6)
-    assert set(rec.started) == set(range(1, 7))
-    for step, version in rec.started.items():
+def test_steps_run_ahead_at_most_k_versions_and_never_past_the_last_step(k):
+    started = run_steps(RolloutSchedule(k, version=0, last_step=6), 1, 6)
+    assert set(started) == set(range(1, 7))
+    for step, version in started.items():
         assert step - 1 - k <= version <= step - 1, (step, version)
-    assert any(version < step - 1 for step, version in rec.started.items())  # it did run ahead
+    assert any(version < step - 1 for step, version in started.items())  # it did run ahead
 
 
-async def test_a_resumed_pipeline_starts_at_the_step_after_the_checkpoint():
-    pipe, rec = pipeline(k=1, version=3, last=5)
-    pipe.publish(3)
-    await run_steps(pipe, 4, 5)
-    assert rec.started == {4: 3, 5: 3}
-
-
-async def test_close_discards_rollouts_in_flight_in_bounded_time():
-    pipe, rec = pipeline(k=2)
-    rec.release.clear()  # rollouts that never finish on their own
-    pipe.publish(0)
-    await asyncio.sleep(0)
-    assert pipe.in_flight() == [1, 2]
-    await asyncio.wait_for(pipe.close(timeout_s=5), 5)
-    assert pipe.in_flight() == []
-
-
-async def test_a_failed_draw_fails_the_take():
-    async def draw(step, timer):
-        raise OSError(f"tool server for step {step} is gone")
-
-    pipe = RolloutPipeline(draw, 1, 0, 5)
-    with pytest.raises(OSError, match="step 1"):
-        await pipe.take(1)
-    await pipe.close()
+def test_a_resumed_schedule_starts_at_the_step_after_the_checkpoint():
+    assert run_steps(RolloutSchedule(1, version=3, last_step=5), 4, 5) == {4: 3, 5: 3}
 
 
 def test_the_weights_version_never_goes_back():
-    pipe, _ = pipeline(k=0, version=4)
+    schedule = RolloutSchedule(0, version=4, last_step=10)
     with pytest.raises(StaleSamples, match="from 4 to 3"):
-        pipe.publish(3)
+        schedule.publish(3)
 
 
 # ---------------------------------------------------------------------- version labels

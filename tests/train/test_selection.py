@@ -40,21 +40,15 @@ async def one_step(cfg, finish_every_other: bool = False):
     """One step of `cfg`; with `finish_every_other`, odd-numbered samples of each group end with "stop"
     (the random tiny model otherwise always reaches max_new_tokens)."""
     trainer = await Trainer(cfg).start()
-    rollouts = trainer._rollouts
+    rollout = trainer.agent.rollout
 
-    def marking(step):
-        rollout = rollouts(step)
+    async def marked(row, metadata=None, sample_id=None, **options):
+        traj = await rollout(row, metadata, sample_id, **options)
+        if finish_every_other and traj.metadata["sample_index"] % 2:
+            traj.finish_reason = "stop"
+        return traj
 
-        async def marked(rows, first):
-            groups = await rollout(rows, first)
-            for group in groups:
-                for index, traj in enumerate(group):
-                    traj.finish_reason = "stop" if finish_every_other and index % 2 else traj.finish_reason
-            return groups
-
-        return marked
-
-    trainer._rollouts = marking
+    trainer.agent.rollout = marked
     try:
         return trainer, await trainer.step_once()
     finally:
