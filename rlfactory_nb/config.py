@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
+from rlfactory_nb.config_distill import DistillConfig
 from rlfactory_nb.config_schema import (
     ConfigError,
     ImportSpec,
@@ -442,6 +443,8 @@ class RunConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    distill: DistillConfig | None = None
+    """on-policy distillation from a teacher (rlfactory_nb/config_distill.py); None: none"""
     kernel_objects: dict[str, Any] = field(default_factory=dict)
     """written by a run, never read: the objects from the kernel it trained with instead of what
     this config named (reward, tools, rows: name, module, the sha256 of the readable source kept in
@@ -552,8 +555,8 @@ def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str,
 # ---------------------------------------------------------------------- the paths a config names
 
 PATH_KEYS = (
-    "output_dir", "model.name", "tools.config", "rollout.program", "reward.function", "reward.judge.model", "data.train",
-    "data.eval",
+    "output_dir", "model.name", "tools.config", "rollout.program", "reward.function", "reward.judge.model", "distill.teacher",
+    "data.train", "data.eval",
 )
 """the keys whose value may name a local file or folder, in `config_paths`' order (tests/test_config_paths.py
 fails when a RunConfig field is added without saying whether it belongs here)"""
@@ -597,6 +600,8 @@ def config_paths(cfg: RunConfig) -> list[ConfigPath]:
             found.append(ConfigPath(key, Path(module), "input", f":{function}"))
     if cfg.reward.judge is not None and not is_uri(cfg.reward.judge.model):
         found.append(ConfigPath("reward.judge.model", Path(cfg.reward.judge.model), "model"))
+    if cfg.distill is not None and not is_uri(cfg.distill.teacher):
+        found.append(ConfigPath("distill.teacher", Path(cfg.distill.teacher), "model"))
     for key in ("train", "eval"):
         source = getattr(cfg.data, key)
         if not source.startswith("synthetic:"):

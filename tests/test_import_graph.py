@@ -4,7 +4,7 @@ The graph is read with `ast` from the source, so it sees every import: at module
 functions, and under `if TYPE_CHECKING:` alike (an annotation-only import still says which layer a
 module leans on). Layers, lowest first, as docs/decisions.md ("Layers") explains:
 
-    (1) errors, types, config, config_schema, _async, _threads, _views, extras
+    (1) errors, types, config, config_schema, config_distill, _async, _threads, _views, extras
     (2) chat, engines, tools
     (3) models, data, rollout, envs, programs, rewards, algo, recipes
     (4) runtime, train, eval, examples, demo, notebooks_run
@@ -24,7 +24,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "rlfactory_nb"
 
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["errors", "types", "config", "config_schema", "_async", "_threads", "_views", "storage", "local_files", "extras"], 1),
+    **dict.fromkeys(["errors", "types", "config", "config_schema", "config_distill", "_async", "_threads", "_views", "storage", "local_files", "extras"], 1),
     **dict.fromkeys(["chat", "engines", "tools"], 2),
     **dict.fromkeys(["models", "data", "rollout", "envs", "programs", "rewards", "algo", "recipes"], 3),
     **dict.fromkeys(["runtime", "train", "eval", "compare", "examples", "demo", "notebooks_run"], 4),

@@ -56,6 +56,7 @@ from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch
 from rlfactory_nb.train.credit import assign_credit, record_turn_advantages
+from rlfactory_nb.train.distill import Distillation
 from rlfactory_nb.train.failures import backend_actors, backend_node_of, describe_failure, is_actor_death
 from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics, sample_rows
 from rlfactory_nb.train.pipeline import (
@@ -158,6 +159,7 @@ class Trainer:
             self.reward = self.runtime.use_judge(self.backend.judge)
         if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
             await self.backend.sync_weights(self.step)
+        self.distill = Distillation.from_config(cfg, getattr(self.backend, "teacher", None), self.policy.tokenizer)
         self.engine = VersionedEngine(self.backend.engine, self.step)
         self.agent = self.runtime.use(self.engine, self.policy).agent()
         self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, uses_ray(cfg))
@@ -220,10 +222,15 @@ class Trainer:
         if masked:
             trained, advantages = without_truncated(trained, advantages)
         train_metrics: dict[str, float] = {}
+        # an agent program's episode may hold several segments: each a row, one advantage
+        rows, row_advantages = expand_segments(trained, advantages)
+        distilled: dict[str, float] = {}
+        if self.distill is not None and rows:  # the teacher's per-token reverse KL joins the advantages
+            work = self.distill.advantages(rows, row_advantages)
+            row_advantages, distilled = await self._on_backend(step, "the teacher's scoring", work)
         with timer("update"):
             if trained:
-                # an agent program's episode may hold several segments: each a row, one advantage
-                batch = build_batch(*expand_segments(trained, advantages), self.policy.tokenizer.pad_token_id)
+                batch = build_batch(rows, row_advantages, self.policy.tokenizer.pad_token_id)
                 update = self.backend.update(batch, step)
                 train_metrics = await self._on_backend(step, "the policy update", update)
         with timer("sync"):
@@ -241,6 +248,7 @@ class Trainer:
         row = {
             **groups_metrics(step, drawn, len(keep), advantages, masked),
             **train_metrics,
+            **distilled,
             **ready.seconds,
             **timer.seconds(),
             **self._overlap(trained, ready.waited_s, timer),
