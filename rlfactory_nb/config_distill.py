@@ -6,7 +6,7 @@ the per-token reverse KL becomes (part of) the advantage: `rlfactory_nb.algo.dis
 `rlfactory_nb.train.distill` for the step. Without the section (None) a run is plain GRPO.
 
     distill:
-      teacher: tiny-guess        # a preset, a local Hugging Face folder, or a hub id
+      teacher: tiny-guess        # a preset, a local Hugging Face folder, a hub id, or engine:NAME
       coef: 1.0
       only: true                 # the KL alone; the reward is computed and logged, not trained on
 """
@@ -18,13 +18,18 @@ from typing import Any
 
 from rlfactory_nb.config_schema import NonEmptyStr, NonNegativeFloat, PositiveFloat, PositiveInt
 
+RUNNING_ENGINE = "engine:"
+"""`distill.teacher: engine:NAME` names a running engine actor instead of a model"""
+
 
 @dataclass(frozen=True)
 class DistillConfig:
     teacher: NonEmptyStr
     """the teacher model: a preset ("tiny-calculator"), a local Hugging Face folder (on Ray every node
-    must read it), or a hub id. Its tokenizer must be the student's (same vocabulary and ids): it scores
-    the student's own token ids, never re-rendered text (docs/decisions.md)"""
+    must read it), a hub id, or `engine:NAME`, an engine actor already running on the cluster
+    (`cluster.engine(model, label=...)`, named as `cluster.engines()` lists it; Ray backend only), which
+    the run uses and leaves running. Its tokenizer must be the student's (same vocabulary and ids): it
+    scores the student's own token ids, never re-rendered text (docs/decisions.md)"""
     coef: PositiveFloat = 1.0
     """weight of the reverse KL: a sampled token's advantage gets -coef * (student - teacher log-prob)"""
     only: bool = False

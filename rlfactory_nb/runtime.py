@@ -47,6 +47,7 @@ from rlfactory_nb.tools.config import ToolSetSettings, ToolsFile, load_tools_con
 from rlfactory_nb.tools.extra import ExtraTools, extra_tools
 from rlfactory_nb.tools.python import load_function
 from rlfactory_nb.tools.toolset import ToolSet
+from rlfactory_nb.train.distill import distill_problems
 from rlfactory_nb.types import Message
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
             f"grpo.advantage: {cfg.grpo.advantage!r} credits the turns of an episode the loop plays; an agent "
             "program's calls are not such turns yet: use grpo.advantage: episode with a program"
         )
+    problems += distill_problems(cfg)
     if problems:
         raise ConfigError(problems, "the names it gives")
     if objects.reward is None and not (resume and is_run_record(cfg.reward.function)):
@@ -148,6 +150,8 @@ def _registry_names(cfg: RunConfig) -> list[tuple[str, str, Callable[[], Sequenc
         names.append(("rollout.parser", cfg.rollout.parser, parser_names))
     if cfg.reward.judge is not None:
         names.append(("reward.judge.engine", cfg.reward.judge.engine, engine_kinds))
+    if cfg.distill is not None:
+        names.append(("distill.engine", cfg.distill.engine, engine_kinds))
     return names
 
 

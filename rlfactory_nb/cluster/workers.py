@@ -36,10 +36,11 @@ from typing import Any
 import torch
 
 from rlfactory_nb.cluster.engine_actor import EngineActor, actor_device, run_engine_start
-from rlfactory_nb.cluster.engines import ClusterEngine, start_engine
+from rlfactory_nb.cluster.engines import ClusterEngine, attach_engine, start_engine
 from rlfactory_nb.cluster.placement import Placement, locate, reserve
 from rlfactory_nb.cluster.ray_cluster import join, start_local
 from rlfactory_nb.config import ClusterConfig, RunConfig
+from rlfactory_nb.config_distill import RUNNING_ENGINE
 from rlfactory_nb.engines import engine_traits, weight_sync
 from rlfactory_nb.engines.build import build_model, cpu_state
 from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec
@@ -317,11 +318,13 @@ def start_judge(cfg: RunConfig) -> ClusterEngine | None:
 
 
 def start_teacher(cfg: RunConfig) -> ClusterEngine | None:
-    """The engine actor of the distillation teacher `distill.teacher` names, on its own resources;
-    None without one (train/distill.py scores the rows on it)."""
+    """The engine actor of the distillation teacher `distill.teacher` names, on its own resources, or
+    the running one it names (`engine:NAME`, left running); None without one (train/distill.py)."""
     distill = cfg.distill
     if distill is None:
         return None
+    if distill.teacher.startswith(RUNNING_ENGINE):
+        return attach_engine(distill.teacher.removeprefix(RUNNING_ENGINE))
     return start_engine(
         distill.teacher, distill.engine, num_gpus=distill.num_gpus, num_cpus=distill.num_cpus,
         seed=cfg.grpo.seed, label="teacher", **distill.engine_args,

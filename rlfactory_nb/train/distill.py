@@ -55,12 +55,8 @@ class Distillation:
             return None
         if teacher is None:
             raise ConfigError("distill.teacher: this run's backend started no teacher engine")
-        if cfg.distill.only and cfg.grpo.filter_zero_variance:
-            raise ConfigError(
-                "distill.only trains on the teacher's KL alone, but grpo.filter_zero_variance drops every group "
-                "whose rewards are equal before the teacher sees it: set grpo.filter_zero_variance: false "
-                "(and grpo.dynamic_sampling: null)"
-            )
+        if problems := distill_problems(cfg):
+            raise ConfigError(problems)
         return cls(cfg.distill, teacher, student_tokenizer)
 
     async def advantages(
@@ -94,6 +90,19 @@ class Distillation:
         start = len(row.prompt_ids) - 1  # scores[i] is token i + 1's: the first response token's is start
         response = scores[start : start + len(row.response_ids)]
         return [value for value, trained in zip(response, row.loss_mask) if trained]
+
+
+def distill_problems(cfg: RunConfig) -> list[str]:
+    """What in `cfg` contradicts its `distill:` section (`rlfactory_nb.runtime.check_names` reports
+    it before any work)."""
+    if cfg.distill is not None and cfg.distill.only and cfg.grpo.filter_zero_variance:
+        fix = "set grpo.filter_zero_variance: false (and grpo.dynamic_sampling: null)"
+        problem = (
+            "distill.only: the run trains on the teacher's KL alone, but grpo.filter_zero_variance drops every "
+            f"group whose rewards are equal before the teacher sees it: {fix}"
+        )
+        return [problem]
+    return []
 
 
 def same_tokenizer(student: Any, teacher: Any, teacher_name: str) -> None:

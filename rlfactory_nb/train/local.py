@@ -25,8 +25,10 @@ from typing import Any
 import torch
 
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config_distill import RUNNING_ENGINE
 from rlfactory_nb.engines.base import Engine, engine_traits
 from rlfactory_nb.engines.build import EngineSource, InMemory, Snapshot, build_engine, dtype_name
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train.backends import engine_options, kl_reference, register_backend
 from rlfactory_nb.train.batch import TrainBatch
@@ -85,7 +87,14 @@ class LocalBackend:
     def _make_teacher(self, cfg: RunConfig) -> Engine | None:
         """The distillation teacher `distill.teacher` names, in this process (train/distill.py)."""
         distill = cfg.distill
-        return None if distill is None else self._serve(cfg, distill.teacher, distill.engine, distill.engine_args)
+        if distill is None:
+            return None
+        if distill.teacher.startswith(RUNNING_ENGINE):
+            raise ConfigError(
+                f"distill.teacher {distill.teacher!r} names a running engine actor on the cluster: "
+                "set cluster.backend: ray (this run trains in one process, without Ray)"
+            )
+        return self._serve(cfg, distill.teacher, distill.engine, distill.engine_args)
 
     def _serve(self, cfg: RunConfig, name: str, kind: str, engine_args: dict[str, Any]) -> Engine:
         """An engine of `kind` over the model `name` (a preset, a folder, a hub id) on this device."""

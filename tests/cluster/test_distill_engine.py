@@ -30,3 +30,25 @@ async def test_a_one_step_distillation_run_scores_on_a_teacher_engine_actor(clus
     (row,) = read_metrics(cfg.run_dir)
     check_against_hand_computation(row, RunFolder(cfg.run_dir).load_trajectories(1), COEF)
     assert teacher.name not in cluster.engines()  # stopped with the run
+
+
+async def test_a_running_engine_actor_can_be_the_teacher_and_is_left_running(cluster, tmp_path):
+    """`distill.teacher: engine:NAME`: the run scores on an engine the kernel started, and leaves it running."""
+    engine = cluster.engine("tiny-guess", label="kernel-teacher", num_cpus=0.5)
+    cfg = one_step_config(
+        tmp_path / "runs", cluster__backend="ray", cluster__cpus_per_worker=0.5, cluster__object_store_memory_gb=0.3,
+        distill={"teacher": f"engine:{engine.name}", "coef": COEF, "only": True, "num_cpus": 0.5},
+    )  # fmt: skip
+    try:
+        trainer = Trainer(cfg)
+        try:
+            await trainer.start()
+            assert trainer.backend.teacher.name == engine.name and not trainer.backend.teacher.owned
+            await trainer.run()
+        finally:
+            await trainer.close()
+        assert engine.name in cluster.engines() and len(await engine.score([1, 2, 3])) == 2
+        (row,) = read_metrics(cfg.run_dir)
+        check_against_hand_computation(row, RunFolder(cfg.run_dir).load_trajectories(1), COEF)
+    finally:
+        await engine.close()

@@ -11,7 +11,7 @@ from rlfactory_nb.errors import ConfigError, TokenizerMismatch
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.train.distill import TEACHER_KEY, Distillation, same_tokenizer
-from rlfactory_nb.train.loop import train
+from rlfactory_nb.train.loop import Trainer, train
 from rlfactory_nb.train.metrics import read_metrics
 from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.types import Trajectory
@@ -102,7 +102,7 @@ def test_a_teacher_with_another_tokenizer_is_refused_naming_both():
 
 def test_distillation_alone_needs_the_zero_variance_filter_off(teacher):
     cfg = distill_config(only=True).replace({"grpo.filter_zero_variance": True})
-    with pytest.raises(ConfigError, match="grpo.filter_zero_variance: false"):
+    with pytest.raises(ConfigError, match="set grpo.filter_zero_variance: false"):
         Distillation.from_config(cfg, teacher[1], build_tokenizer())
     assert Distillation.from_config(cfg.replace({"distill": None}), None, build_tokenizer()) is None
 
@@ -146,3 +146,13 @@ def check_against_hand_computation(row: dict, trajectories: list[Trajectory], co
     assert row["distill/reverse_kl"] == pytest.approx(sum(gaps) / len(gaps), abs=1e-4)
     assert row["train/loss"] == pytest.approx(coef * row["distill/reverse_kl"], abs=2e-3)
     assert row["distill/teacher_s"] > 0
+
+
+async def test_a_running_engine_as_teacher_needs_the_ray_backend(tmp_path):
+    cfg = one_step_config(tmp_path / "runs", cluster__backend="local", distill={"teacher": "engine:big-teacher"})
+    trainer = Trainer(cfg)
+    try:
+        with pytest.raises(ConfigError, match="cluster.backend: ray"):
+            await trainer.start()
+    finally:
+        await trainer.close()
