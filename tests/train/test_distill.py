@@ -10,6 +10,7 @@ from rlfactory_nb.engines.hf import HFEngine
 from rlfactory_nb.errors import ConfigError, TokenizerMismatch
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
+from rlfactory_nb.programs.assembly import SEGMENTS_KEY, expand_segments
 from rlfactory_nb.train.distill import TEACHER_KEY, Distillation, same_tokenizer
 from rlfactory_nb.train.loop import Trainer, train
 from rlfactory_nb.train.metrics import read_metrics
@@ -72,6 +73,26 @@ async def test_the_advantage_is_minus_coef_times_the_kl_on_sampled_tokens_only(t
     assert advantages[0][2:5] == [0.0, 0.0, 0.0]  # the tool result's tokens
     assert metrics["distill/reverse_kl"] == pytest.approx(sum(gaps) / 6, abs=1e-4)
     assert metrics["distill/tokens"] == 6 and metrics["distill/teacher_s"] > 0
+
+
+async def test_an_agent_programs_segments_are_each_scored_with_their_own_context(teacher):
+    """An episode whose history was rewritten is two training rows (programs/assembly.py); each is
+    scored as its own prompt + response, and both get the episode's reward advantage plus their KL."""
+    model, engine = teacher
+    earlier = {"prompt_ids": [5, 9], "response_ids": [30, 31, 32], "loss_mask": [1, 0, 1], "logprobs": [-2.0, -1.0],
+               "reason": "rewritten history"}  # fmt: skip
+    episode = two_turn_rows()[0]
+    episode.metadata[SEGMENTS_KEY] = [earlier]
+    rows, advantages = expand_segments([episode], torch.tensor([0.25]))
+    distill = Distillation.from_config(distill_config(coef=1.0), engine, build_tokenizer())
+    got, metrics = await distill.advantages(rows, advantages)
+    assert [row.response_ids for row in rows] == [[30, 31, 32], episode.response_ids]
+    for row, values in zip(rows, got):
+        scored = forward_logprobs(model, row.prompt_ids + row.response_ids)[len(row.prompt_ids) - 1 :]
+        student = iter(row.logprobs)
+        expected = [0.25 - (next(student) - value) if trained else 0.25 for value, trained in zip(scored, row.loss_mask)]
+        assert values == pytest.approx(expected, abs=1e-4)
+    assert metrics["distill/tokens"] == 2 + 4
 
 
 async def test_the_kl_term_adds_to_the_rewards_advantage_per_trajectory_or_per_token(teacher):
