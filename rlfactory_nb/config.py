@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from rlfactory_nb.config_cluster import ClusterConfig
+from rlfactory_nb.config_distill import DistillConfig
 from rlfactory_nb.config_grpo import GRPOConfig
 from rlfactory_nb.config_schema import ConfigError, NonEmptyStr, NonNegativeInt, build, folder_name, load_yaml
 from rlfactory_nb.config_sections import DataConfig, ModelConfig, RewardConfig, RolloutConfig, ToolsConfig
@@ -51,6 +52,8 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     """supervised fine-tuning (`rlfactory-nb sft`, `rf.sft_sync`, `rf.rejection_sampling`): config_sft.py"""
+    distill: DistillConfig | None = None
+    """on-policy distillation from a teacher (rlfactory_nb/config_distill.py); None: none"""
     kernel_objects: dict[str, Any] = field(default_factory=dict)
     """written by a run, never read: the objects from the kernel it trained with instead of what
     this config named (reward, tools, rows: name, module, the sha256 of the readable source kept in
@@ -161,8 +164,8 @@ def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str,
 # ---------------------------------------------------------------------- the paths a config names
 
 PATH_KEYS = (
-    "output_dir", "model.name", "tools.config", "rollout.program", "reward.function", "reward.judge.model", "data.train",
-    "data.eval", "sft.data",
+    "output_dir", "model.name", "tools.config", "rollout.program", "reward.function", "reward.judge.model", "distill.teacher",
+    "data.train", "data.eval", "sft.data",
 )
 """the keys whose value may name a local file or folder, in `config_paths`' order (tests/test_config_paths.py
 fails when a RunConfig field is added without saying whether it belongs here)"""
@@ -206,6 +209,8 @@ def config_paths(cfg: RunConfig) -> list[ConfigPath]:
             found.append(ConfigPath(key, Path(module), "input", f":{function}"))
     if cfg.reward.judge is not None and not is_uri(cfg.reward.judge.model):
         found.append(ConfigPath("reward.judge.model", Path(cfg.reward.judge.model), "model"))
+    if cfg.distill is not None and not is_uri(cfg.distill.teacher):
+        found.append(ConfigPath("distill.teacher", Path(cfg.distill.teacher), "model"))
     for key in ("train", "eval"):
         source = getattr(cfg.data, key)
         if not source.startswith("synthetic:"):

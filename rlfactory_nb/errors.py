@@ -2,7 +2,7 @@
 
     RLFactoryError
     ├── ConfigError (ValueError): ChatFormatError, RegistryKeyError (KeyError),
-    │                             MissingExtraError (ImportError), LoadError (ImportError)
+    │                             MissingExtraError (ImportError), LoadError (ImportError), TokenizerMismatch
     ├── ArgumentTypeError (TypeError)
     ├── DataError: DatasetError (ValueError), ObjectTransferError (TypeError),
     │              UntrustedRunObjects (PermissionError)
@@ -80,6 +80,11 @@ class LoadError(ConfigError, ImportError):
 
 class ArgumentTypeError(RLFactoryError, TypeError):
     """A function was given an argument of the wrong kind; the message says what it takes."""
+
+
+class TokenizerMismatch(ConfigError):
+    """Two models that must share token ids do not (a distillation teacher and its student); the
+    message names both tokenizers and where they differ."""
 
 
 class ChatFormatError(ConfigError):

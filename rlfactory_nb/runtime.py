@@ -30,6 +30,7 @@ from rlfactory_nb.algo.registry import loss_names, loss_reduction
 from rlfactory_nb.chat import chat_format_names, parser_names
 from rlfactory_nb.code_names import load_object
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config_distill import distill_problems
 from rlfactory_nb.config_schema import import_spec
 from rlfactory_nb.config_sections import RewardConfig
 from rlfactory_nb.data.objects import RunObjects
@@ -110,6 +111,7 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
                 load_object(spec, key, "code")
             except LoadError as error:
                 problems.append(str(error))
+    problems += distill_problems(cfg)
     if problems:
         raise ConfigError(problems, "the names it gives")
     if objects.reward is None and not (resume and is_run_record(cfg.reward.function)):
@@ -143,6 +145,8 @@ def _registry_names(cfg: RunConfig) -> list[tuple[str, str, Callable[[], Sequenc
         names.append(("rollout.parser", cfg.rollout.parser, parser_names))
     if cfg.reward.judge is not None:
         names.append(("reward.judge.engine", cfg.reward.judge.engine, engine_kinds))
+    if cfg.distill is not None:
+        names.append(("distill.engine", cfg.distill.engine, engine_kinds))
     return names
 
 

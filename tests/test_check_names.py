@@ -20,6 +20,11 @@ MISTAKES = {
     "chat format": ({"rollout.chat_format": "qwen_3"}, ConfigError, "rollout.chat_format: unknown name 'qwen_3' (did you mean 'qwen3'?)"),
     "engine kind": ({"model.engine": "vlm"}, ConfigError, "model.engine: unknown name 'vlm' (did you mean 'vllm'?)"),
     "judge engine": ({"reward.judge": {**JUDGE, "engine": "hff"}}, ConfigError, "reward.judge.engine: unknown name 'hff' (did you mean 'hf'?)"),
+    "teacher engine": ({"distill": {"teacher": "tiny-guess", "engine": "vlm"}}, ConfigError, "distill.engine: unknown name 'vlm' (did you mean 'vllm'?)"),
+    "distillation alone": (
+        {"distill": {"teacher": "tiny-guess", "only": True}}, ConfigError,
+        "distill.only: the run trains on the teacher's KL alone, but grpo.filter_zero_variance drops",
+    ),
     "reward module": ({"reward.function": "no_such_rewards:score"}, RewardLoadError, "reward spec 'no_such_rewards:score': cannot import"),
     "reward name": ({"reward.function": "rlfactory_nb.rewards.functions:exact_mach"}, RewardLoadError, "has no 'exact_mach'"),
     "reward file": ({"reward.function": "missing/reward.py:score"}, RewardLoadError, "reward spec 'missing/reward.py:score': no file"),

@@ -5,6 +5,7 @@ import typing
 from pathlib import Path
 
 from rlfactory_nb.config import PATH_KEYS, RunConfig, config_paths
+from rlfactory_nb.config_distill import DistillConfig
 from rlfactory_nb.config_sections import JudgeConfig, RewardConfig, ToolsConfig
 
 NOT_PATHS = {
@@ -23,6 +24,8 @@ NOT_PATHS = {
     "cluster.gpus_per_worker", "cluster.num_gpus", "cluster.colocate", "cluster.strategy", "cluster.weight_sync",
     "cluster.object_store_memory_gb", "cluster.backend", "cluster.driver_resources", "cluster.worker_resources",
     "cluster.engine_resources",
+    "distill.coef", "distill.only", "distill.engine", "distill.num_gpus", "distill.num_cpus", "distill.engine_args",
+    "distill.max_concurrency",
     "data.eval_size", "kernel_objects",
     "sft.min_reward", "sft.steps", "sft.batch_size", "sft.lr", "sft.lr_schedule", "sft.warmup_steps",
     "sft.checkpoint_every", "sft.seed", "sft.rounds", "sft.samples_per_prompt", "sft.prompts_per_round",
@@ -32,7 +35,7 @@ NOT_PATHS = {
 SECTIONS_WITHOUT_PATHS = {"grpo"}
 """sections checked as a whole: the algorithm's settings name no files"""
 
-OPTIONAL_SECTIONS = {"reward.judge"}
+OPTIONAL_SECTIONS = {"reward.judge", "distill"}
 """optional records whose keys are classified one by one (reward.judge.model names a model as model.name
 does); other optional records (model.lora) are one value"""
 
@@ -70,6 +73,7 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
         name="x",
         tools=ToolsConfig(config="tools.yaml"),
         reward=RewardConfig(function="rewards/mine.py:score", judge=JudgeConfig(model="judges/qwq")),
+        distill=DistillConfig(teacher="teachers/calc"),
     ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve",
                "sft.data": "runs/expert"})
     found = config_paths(cfg)
@@ -80,6 +84,7 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
     assert {named.kind for named in found} == {"input", "output", "model"}
     assert by_key["output_dir"].kind == "output" and by_key["model.name"].kind == "model"
     assert by_key["reward.judge.model"].kind == "model" and by_key["reward.judge.model"].path == Path("judges/qwq")
+    assert by_key["distill.teacher"].kind == "model" and by_key["distill.teacher"].path == Path("teachers/calc")
 
 
 def test_values_that_name_no_path_are_left_out():

@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlfactory_nb"
 LAYER_ORDER: list[tuple[str, ...]] = [
     # the foundation: records, errors, settings, files; the standard library and each other only
     ("errors", "types", "config", "config_schema", "_async", "_threads", "_views", "storage", "local_files", "extras",
-     "config_sections", "config_grpo", "config_cluster", "config_sft", "node_cache", "code_names", "signing", "seeds", "reasoning_mode"),
+     "config_sections", "config_grpo", "config_cluster", "config_sft", "config_distill", "node_cache", "code_names", "signing", "seeds", "reasoning_mode"),
     ("chat",),
     ("engines",),
     ("tools",),

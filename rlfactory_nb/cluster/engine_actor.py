@@ -71,6 +71,7 @@ class EngineActor:
         source = _on_this_node(start.source)
         engine = build_engine(start.kind, source, weights, self.device, seed=start.seed, **options)
         self.engine = StampedEngine(engine, start.version)
+        self.kind = start.kind
 
     async def ready(self) -> str:
         """Answers once the engine is built; the actor's node address, for the record."""
@@ -81,6 +82,10 @@ class EngineActor:
     async def max_positions(self) -> int | None:
         """The engine's context length (engines/base.py `context_length`), for the kernel's handle."""
         return context_length(self.engine)
+
+    async def described(self) -> tuple[str, Any, int | None]:
+        """(kind, tokenizer, context length): what a handle attached by name needs (`attach_engine`)."""
+        return self.kind, getattr(self.engine.engine, "tokenizer", None), context_length(self.engine)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         return await self.engine.generate(prompt_ids, sampling)

@@ -59,8 +59,13 @@ class ClusterEngine:
     loaded as is); every Generation it returns carries the version its actor held, by the one rule
     (`rlfactory_nb.engines.versioned`), which this handle follows too."""
 
-    def __init__(self, actors: list[Any], name: str, kind: str, tokenizer: Any, version: int | None = None):
+    def __init__(
+        self, actors: list[Any], name: str, kind: str, tokenizer: Any, version: int | None = None, owned: bool = True
+    ):
         self.actors = actors
+        self.owned = owned
+        """False for a handle attached to someone else's running actor (`attach_engine`): closing the
+        handle, or dropping it, leaves the actor running"""
         self.name = name
         self.kind = kind
         self.tokenizer = tokenizer
@@ -71,7 +76,7 @@ class ClusterEngine:
         self._stop_token_ids = stop_token_ids_from_tokenizer(tokenizer)
         self._next = itertools.cycle(actors)
         self._death: BaseException | None = None
-        self._finalizer = weakref.finalize(self, _kill, list(actors))
+        self._finalizer = weakref.finalize(self, _kill, list(actors) if owned else [])
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
@@ -107,7 +112,8 @@ class ClusterEngine:
     async def close(self) -> None:
         """Stop the engines and kill their actors (also done when the kernel lets go of the handle)."""
         if self._finalizer.alive:
-            await asyncio.gather(*(actor.close.remote() for actor in self.actors), return_exceptions=True)
+            if self.owned:
+                await asyncio.gather(*(actor.close.remote() for actor in self.actors), return_exceptions=True)
             self._finalizer()
 
     async def __aenter__(self) -> Self:
@@ -192,6 +198,23 @@ def start_engine(
     except ray.exceptions.RayError as error:
         engine._finalizer()
         raise EngineStateError(f"engine actor {name} failed to start: {describe_failure(error, engine._roles())}") from error
+    return engine
+
+
+def attach_engine(name: str) -> ClusterEngine:
+    """A handle on an engine actor already running on the connected cluster (`cluster.engine(...)`),
+    by its name as `cluster.engines()` lists it (the ENGINE_PREFIX may be left out). The handle
+    never stops the actor: its owner does (e.g. the kernel that started it)."""
+    import ray  # here: see start_engine
+
+    full = name if name.startswith(ENGINE_PREFIX) else ENGINE_PREFIX + name
+    try:
+        actor = ray.get_actor(full, namespace=NAMESPACE)
+    except ValueError as error:
+        raise EngineStateError(f"no engine actor named {full!r} is running; running: {engine_names()}") from error
+    kind, tokenizer, max_positions = ray.get(actor.described.remote(), timeout=READY_TIMEOUT_S)
+    engine = ClusterEngine([actor], full, kind, tokenizer, owned=False)
+    engine.max_positions = max_positions
     return engine
 
 

@@ -5,7 +5,8 @@
       |                               each) or FSDP (sharded), see `rlfactory_nb.train.parallel`; each
       |                               trains on its slice of every mini-batch
       |- EngineActor x num_engines    an hf or vLLM engine each; rollouts are spread over them
-      '- the judge's EngineActor      with reward.judge: its own CPUs and GPUs, the rewards' engine
+      |- the judge's EngineActor      with reward.judge: its own CPUs and GPUs, the rewards' engine
+      '- the teacher's EngineActor    with distill: its own CPUs and GPUs, scoring the rows (train/distill.py)
 
 Across nodes the workers go in one placement group packed onto as few nodes as fit, the engines in
 one spread over them (`rlfactory_nb.cluster.placement`); where each actor landed is printed when the
@@ -35,11 +36,12 @@ from typing import Any
 import torch
 
 from rlfactory_nb.cluster.engine_actor import EngineActor, actor_device, run_engine_start
-from rlfactory_nb.cluster.engines import ClusterEngine, start_engine
+from rlfactory_nb.cluster.engines import ClusterEngine, attach_engine, start_engine
 from rlfactory_nb.cluster.placement import Placement, locate, reserve
 from rlfactory_nb.cluster.ray_cluster import join, start_local
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.config_cluster import ClusterConfig
+from rlfactory_nb.config_distill import RUNNING_ENGINE
 from rlfactory_nb.engines import engine_traits, weight_sync
 from rlfactory_nb.engines.build import build_model, cpu_state
 from rlfactory_nb.engines.weight_sync import GroupAddress, TensorSpec
@@ -174,9 +176,10 @@ class RayBackend:
         version: int = 0,
     ):
         cluster = self.cluster = cfg.cluster.layout()
-        ray = init_ray(cluster, cfg.reward.judge.num_cpus if cfg.reward.judge is not None else 0.0)
-        # the judge first: a model that cannot be placed fails the run before the workers start
+        ray = init_ray(cluster, sum(served.num_cpus for served in (cfg.reward.judge, cfg.distill) if served is not None))
+        # the judge and the teacher first: a model that cannot be placed fails the run before the workers start
         self.judge = start_judge(cfg)
+        self.teacher = start_teacher(cfg)
         self.policy = policy
         self._ray = ray
         threads = max(1, int(cluster.cpus_per_worker))
@@ -268,6 +271,8 @@ class RayBackend:
         named.update({f"engine actor {index}": actor for index, actor in enumerate(self.engine.actors)})
         if self.judge is not None:
             named.update({f"judge engine actor {self.judge.name}": actor for actor in self.judge.actors})
+        if self.teacher is not None:
+            named.update({f"teacher engine actor {self.teacher.name}": actor for actor in self.teacher.actors})
         return named
 
     async def _rank0(self, method: str) -> Any:
@@ -282,8 +287,9 @@ class RayBackend:
 
     async def close(self) -> None:
         await self.engine.close()  # kills the engine actors too
-        if self.judge is not None:
-            await self.judge.close()
+        for served in (self.judge, self.teacher):
+            if served is not None:
+                await served.close()
         await asyncio.gather(*(worker.close.remote() for worker in self.workers), return_exceptions=True)
         for worker in self.workers:
             self._ray.kill(worker)
@@ -309,6 +315,20 @@ def start_judge(cfg: RunConfig) -> ClusterEngine | None:
     return start_engine(
         judge.model, judge.engine, num_gpus=judge.num_gpus, num_cpus=judge.num_cpus,
         seed=cfg.grpo.seed, label="judge", **judge.engine_args,
+    )  # fmt: skip
+
+
+def start_teacher(cfg: RunConfig) -> ClusterEngine | None:
+    """The engine actor of the distillation teacher `distill.teacher` names, on its own resources, or
+    the running one it names (`engine:NAME`, left running); None without one (train/distill.py)."""
+    distill = cfg.distill
+    if distill is None:
+        return None
+    if distill.teacher.startswith(RUNNING_ENGINE):
+        return attach_engine(distill.teacher.removeprefix(RUNNING_ENGINE))
+    return start_engine(
+        distill.teacher, distill.engine, num_gpus=distill.num_gpus, num_cpus=distill.num_cpus,
+        seed=cfg.grpo.seed, label="teacher", **distill.engine_args,
     )  # fmt: skip
 
 

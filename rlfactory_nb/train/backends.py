@@ -4,8 +4,9 @@ says; and the check that `model.engine` names a registered engine kind, made bef
 
 A backend gives the loop five things: `engine` (where rollouts are generated), `update` (one step's
 policy update), `sync_weights` (push the trainer's weights to the engines), the state a checkpoint
-stores (`checkpoint_model`, `optimizer_state`), and `close`; and the judge's engine, when the config
-declares one (`reward.judge`: an engine actor of its own on Ray, in-process locally). Both backends are registered by name
+stores (`checkpoint_model`, `optimizer_state`), and `close`; and the judge's and the distillation
+teacher's engines, when the config declares them (`reward.judge`, `distill.teacher`: an engine actor
+of its own on Ray, in-process locally). Both backends are registered by name
 (`register_backend`) and their modules loaded by name when a run asks for them: the Ray backend lives
 in `rlfactory_nb.cluster` (layer 5), above this one, which may not import it (docs/decisions.md).
 """
@@ -48,6 +49,9 @@ class Backend(Protocol):
     """the driver's policy: its tokenizer for the agent, its model what `checkpoint_model` fills"""
     judge: Engine | None
     """the engine of the judge `reward.judge` declares, started and closed with the backend; None without one"""
+    teacher: Engine | None
+    """the distillation teacher's engine `distill.teacher` names (train/distill.py), started and closed
+    with the backend; None without one"""
 
     @property
     def engine(self) -> Engine:

@@ -25,8 +25,10 @@ from typing import Any
 import torch
 
 from rlfactory_nb.config import RunConfig
+from rlfactory_nb.config_distill import RUNNING_ENGINE
 from rlfactory_nb.engines.base import Engine, engine_traits
 from rlfactory_nb.engines.build import EngineSource, InMemory, Snapshot, build_engine, dtype_name
+from rlfactory_nb.errors import ConfigError
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.train.backends import engine_options, kl_reference, register_backend
 from rlfactory_nb.train.batch import TrainBatch
@@ -60,6 +62,7 @@ class LocalBackend:
         )
         self.engine: Engine = self._make_engine(cfg)
         self.judge = self._make_judge(cfg)
+        self.teacher = self._make_teacher(cfg)
 
     def _make_engine(self, cfg: RunConfig) -> Engine:
         kind, compute = cfg.model.engine, self.training.precision.compute
@@ -79,11 +82,25 @@ class LocalBackend:
     def _make_judge(self, cfg: RunConfig) -> Engine | None:
         """The judge `reward.judge` declares, in this process (its resource keys are Ray's)."""
         judge = cfg.reward.judge
-        if judge is None:
+        return None if judge is None else self._serve(cfg, judge.model, judge.engine, judge.engine_args)
+
+    def _make_teacher(self, cfg: RunConfig) -> Engine | None:
+        """The distillation teacher `distill.teacher` names, in this process (train/distill.py)."""
+        distill = cfg.distill
+        if distill is None:
             return None
-        model = Policy.load(judge.model, device=str(self.policy.device), log=lambda _: None)
-        threads = {"num_threads": self.threads} if engine_traits(judge.engine).loads == "objects" else {}
-        return model.engine(judge.engine, seed=cfg.grpo.seed, **threads, **judge.engine_args)
+        if distill.teacher.startswith(RUNNING_ENGINE):
+            raise ConfigError(
+                f"distill.teacher {distill.teacher!r} names a running engine actor on the cluster: "
+                "set cluster.backend: ray (this run trains in one process, without Ray)"
+            )
+        return self._serve(cfg, distill.teacher, distill.engine, distill.engine_args)
+
+    def _serve(self, cfg: RunConfig, name: str, kind: str, engine_args: dict[str, Any]) -> Engine:
+        """An engine of `kind` over the model `name` (a preset, a folder, a hub id) on this device."""
+        model = Policy.load(name, device=str(self.policy.device), log=lambda _: None)
+        threads = {"num_threads": self.threads} if engine_traits(kind).loads == "objects" else {}
+        return model.engine(kind, seed=cfg.grpo.seed, **threads, **engine_args)
 
     def _engine_source(self, cfg: RunConfig) -> tuple[EngineSource, dict[str, torch.Tensor] | None]:
         """The trained model itself, or (asynchronous) a copy of its weights for the engine alone."""
@@ -126,6 +143,7 @@ class LocalBackend:
 
     async def close(self) -> None:
         await self.engine.close()
-        if self.judge is not None:
-            await self.judge.close()
+        for served in (self.judge, self.teacher):
+            if served is not None:
+                await served.close()
         self._executor.shutdown(wait=False)

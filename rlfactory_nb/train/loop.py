@@ -55,6 +55,7 @@ from rlfactory_nb.tools.extra import ExtraTools
 from rlfactory_nb.train.backends import check_engine_kind, make_backend, uses_ray
 from rlfactory_nb.train.batch import build_batch
 from rlfactory_nb.train.credit import assign_credit, record_turn_advantages
+from rlfactory_nb.train.distill import Distillation
 from rlfactory_nb.train.failures import StepGuard
 from rlfactory_nb.train.metrics import MetricsWriter, StepTimer, groups_metrics, read_metrics, sample_rows
 from rlfactory_nb.train.pipeline import effective_staleness, overlap_metrics, sample_staleness
@@ -158,6 +159,7 @@ class Trainer:
             self.reward = self.runtime.use_judge(self.backend.judge)
         if cfg.model.lora is not None:  # engines that load a folder start from the base: merge in now
             await self.backend.sync_weights(self.step)
+        self.distill = Distillation.from_config(cfg, self.backend.teacher, self.policy.tokenizer)
         self.engine = VersionedEngine(self.backend.engine, self.step)
         self.agent: EpisodePlayer = self.runtime.use(self.engine, self.policy).agent()
         self.max_staleness, mode = effective_staleness(cfg, self.policy.device.type, uses_ray(cfg))
@@ -224,10 +226,15 @@ class Trainer:
         if masked:
             trained, advantages = without_truncated(trained, advantages)
         train_metrics: dict[str, float] = {}
+        # an agent program's episode may hold several segments: each a row, one advantage
+        rows, row_advantages = expand_segments(trained, advantages)
+        distilled: dict[str, float] = {}
+        if self.distill is not None and rows:  # the teacher's per-token reverse KL joins the advantages
+            with self.guard.during(step, "the teacher's scoring"):
+                row_advantages, distilled = await self.distill.advantages(rows, row_advantages)
         with timer("update"):
             if trained:
-                # an agent program's episode may hold several segments: each a row, one advantage
-                batch = build_batch(*expand_segments(trained, advantages), self.policy.tokenizer.pad_token_id)
+                batch = build_batch(rows, row_advantages, self.policy.tokenizer.pad_token_id)
                 with self.guard.during(step, "the policy update"):
                     train_metrics = await self.backend.update(batch, step)
         with timer("sync"):
@@ -248,6 +255,7 @@ class Trainer:
         row = {
             **groups_metrics(step, drawn, len(keep), advantages, masked),
             **train_metrics,
+            **distilled,
             **scored.seconds,
             **timer.seconds(),
             **self._overlap(trained, scored.waited_s, timer),

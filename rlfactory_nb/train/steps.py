@@ -35,7 +35,7 @@ from rlfactory_nb.data.rows import PromptOrder, Row
 from rlfactory_nb.errors import TrainingError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
-from rlfactory_nb.rollout.seeds import SampleId
+from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.train.failures import StepGuard
 from rlfactory_nb.train.metrics import StepTimer
 from rlfactory_nb.train.pipeline import RolloutSchedule, check_versions

@@ -19,8 +19,10 @@ from typing import Any
 import ipywidgets as widgets
 
 from rlfactory_nb.rollout.display import MASKED_COLOR, TRAINED_COLOR
+from rlfactory_nb.train.distill import TEACHER_KEY
 from rlfactory_nb.types import Trajectory, Turn
 from rlfactory_nb.widgets._base import StaticFallback
+from rlfactory_nb.widgets.compare import change_color
 from rlfactory_nb.widgets.registry import register_view
 
 STATUS_COLORS = {"ok": "#1b7f3b", "error": "#b00020", "timeout": "#b35c00", "invalid_args": "#b00020", "unknown_tool": "#b00020"}
@@ -163,25 +165,49 @@ def prompt_html(traj: Trajectory) -> str:
 
 
 def token_strip_html(traj: Trajectory, tokenizer: Any = None) -> str:
-    """Response tokens as spans classed `rf-trained` / `rf-masked`; the title shows id and logprob."""
+    """Response tokens as spans classed `rf-trained` / `rf-masked`; the title shows id and logprob.
+    A distilled trajectory (a teacher's log-prob of each sampled token in its metadata:
+    train/distill.py) has its trained tokens coloured by the teacher-student gap instead of green."""
     logprobs = iter(traj.logprobs)
-    spans = []
+    gaps = teacher_gaps(traj)
+    scale = max((abs(gap) for gap in gaps), default=0.0)
+    spans, sampled = [], 0
     for token_id, mask in zip(traj.response_ids, traj.loss_mask):
         text = tokenizer.decode([token_id]) if tokenizer is not None else f"[{token_id}]"
         shown = html.escape(text).replace("\n", "↵\n")
+        style = ""
         if mask:
             logprob = next(logprobs, None)
             title = f"id {token_id}, trained" + (f", logprob {logprob:.3f}" if logprob is not None else "")
+            if gaps:  # as many as logprobs, so `logprob` is set
+                gap = gaps[sampled]
+                title += f", teacher {logprob + gap:.3f}, gap {gap:+.3f}"
+                style = f" style='background:{change_color(gap, scale)}'"
+            sampled += 1
         else:
             title = f"id {token_id}, masked"
         kind = "rf-trained" if mask else "rf-masked"
-        spans.append(f"<span class='rf-token {kind}' title='{title}'>{shown}</span>")
+        spans.append(f"<span class='rf-token {kind}' title='{title}'{style}>{shown}</span>")
     hint = "" if tokenizer is not None else " &middot; token ids shown: pass a tokenizer to decode them, <code>traj.view(policy.tokenizer)</code>"
     legend = (
         "<div><span class='rf-token rf-trained'>trained (loss mask 1)</span> "
         f"<span class='rf-token rf-masked'>masked (loss mask 0)</span>{hint}</div>"
     )
+    if gaps:
+        legend += (
+            f"<div>trained tokens coloured by teacher minus student log-prob: <span class='rf-token' "
+            f"style='background:{change_color(scale, scale)};color:#fff'>+{scale:.2f} the teacher's more likely</span> … 0 … "
+            f"<span class='rf-token' style='background:{change_color(-scale, scale)};color:#fff'>−{scale:.2f} less likely</span></div>"
+        )
     return f"{legend}<div class='rf-strip'>{''.join(spans)}</div>"
+
+
+def teacher_gaps(traj: Trajectory) -> list[float]:
+    """Teacher minus student log-prob of each sampled token (empty when no teacher scored it)."""
+    teacher = traj.metadata.get(TEACHER_KEY) or []
+    if len(teacher) != len(traj.logprobs):
+        return []
+    return [float(t) - float(s) for t, s in zip(teacher, traj.logprobs)]
 
 
 def drift_html(traj: Trajectory, tokenizer: Any = None) -> str:

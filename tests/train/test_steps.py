@@ -41,7 +41,7 @@ async def test_a_step_comes_scored_from_open_environments_with_every_episode_clo
     trainer = await Trainer(make_cfg(), objects=objects).start()
     try:
         scored = await trainer.steps.take(1)
-        assert not LIVE and not trainer.agent.open_episodes  # closed before the trainer has them
+        assert not LIVE and not trainer.agent.episodes.kept  # closed before the trainer has them
     finally:
         await trainer.close()
     drawn = scored.drawn

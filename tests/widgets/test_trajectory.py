@@ -23,6 +23,19 @@ async def test_token_strip_classes_follow_the_loss_mask(tokenizer, tools):
     assert "logprob -0.500" in strip and "<tool_response>" not in strip  # escaped, never raw HTML
 
 
+async def test_a_distilled_trajectory_colours_its_sampled_tokens_by_the_teacher_student_gap(tokenizer, tools):
+    traj = await rolled_out(tokenizer, tools)
+    assert "teacher minus student" not in token_strip_html(traj, tokenizer)  # no teacher: green and grey
+    sampled = sum(traj.loss_mask)
+    traj.metadata["teacher_logprobs"] = [logprob + (1.0 if k == 0 else -0.5) for k, logprob in enumerate(traj.logprobs)]
+    strip = token_strip_html(traj, tokenizer)
+    styled = re.findall(r"class='rf-token rf-trained' title='[^']*gap ([+-]\d\.\d+)' style='background:(rgb\([\d,]+\))'", strip)
+    assert len(styled) == sampled and "teacher minus student" in strip
+    assert styled[0] == ("+1.000", "rgb(33,102,172)")  # the largest gap: the scale's full blue
+    assert {gap for gap, _ in styled[1:]} == {"-0.500"}
+    assert strip.count("rf-masked' title") == len(traj.loss_mask) - sampled  # masked tokens stay grey
+
+
 async def test_view_decodes_with_the_tokenizer_it_is_given_and_survives_a_json_round_trip(tokenizer, tools):
     traj = await rolled_out(tokenizer, tools)
     view = traj.view(tokenizer)
