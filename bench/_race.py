@@ -290,10 +290,16 @@ def worker_main(trainer: str, task: str, seed: int, cap_s: float, every: int, ou
     import torch
 
     torch.set_num_threads(1)
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"bench-race-{trainer}-") as folder:
         if trainer == "ours":
             record = asyncio.run(run_ours(task, seed, cap_s, every, folder, target))
         else:
             record = run_trl(task, seed, cap_s, every, folder, target)
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    record["process_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)  # whole process: setup and evals too
+    record["process_wall_s"] = round(time.perf_counter() - started, 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import ROOT, machine_line, markdown_table, script_args, section, write_result
+from bench._common import RESULTS_DIR, ROOT, machine_line, markdown_table, script_args, section, write_result
 
 NAME = "time_to_reward"
 RUNS = ROOT / "runs" / "bench-time-to-reward"
@@ -129,6 +129,19 @@ def ratio_text(records: list[dict[str, Any]], task: str) -> str:
     return f"ours / TRL = {ours / trl:.2f} (mean {ours:.0f} s vs {trl:.0f} s)"
 
 
+def per_step_text(records: list[dict[str, Any]], task: str) -> str:
+    """Training seconds per step (128 episodes) over all of a side's runs: the cost of a step, apart from
+    how many steps the target takes."""
+    cost = {}
+    for trainer in TRAINERS:
+        runs = [r for r in records if r["task"] == task and r["trainer"] == trainer and "error" not in r and r["steps"]]
+        if runs:
+            cost[trainer] = sum(r["train_s"] for r in runs) / sum(r["steps"] for r in runs)
+    if len(cost) < 2:
+        return "no per-step figure"
+    return f"training seconds per step: ours {cost['ours']:.1f}, TRL {cost['trl']:.1f} ({cost['ours'] / cost['trl']:.2f}x)"
+
+
 def markdown(records: list[dict[str, Any]], argv: list[str], machine: str, notes: list[str]) -> str:
     header = ["task (target)", "trainer", "seed", "time to target (training s)", "steps", "held-out greedy by step", "eval s (off the clock)"]
     rows = []
@@ -140,7 +153,8 @@ def markdown(records: list[dict[str, Any]], argv: list[str], machine: str, notes
         rows.append([f"{r['task']} ({target})", r["trainer"], r["seed"], reached_text(r), r["steps"], curve_text(r),
                      f"{sum(p['eval_s'] for p in r['curve']):.0f}"])
     tasks = sorted({r["task"] for r in records})
-    bullets = [f"- {task}: {ratio_text(records, task)} (goal: ours at most 0.5x TRL's time)." for task in tasks]
+    bullets = [f"- {task}: {ratio_text(records, task)} (goal: ours at most 0.5x TRL's time); {per_step_text(records, task)}."
+               for task in tasks]
     bullets += notes
     return section("Time to reward against TRL's GRPOTrainer (calculator tool, guessing game)", "bench/time_to_reward.py",
                    argv, machine, markdown_table(header, rows), bullets)
@@ -152,10 +166,47 @@ def where_time_goes(records: list[dict[str, Any]]) -> list[str]:
         if "error" in r or not r.get("seconds_by_key"):
             continue
         keys = ", ".join(f"{k} {v:.0f}" for k, v in sorted(r["seconds_by_key"].items(), key=lambda kv: -kv[1]) if v >= 1)
-        lines.append(f"  - {r['task']} {r['trainer']} seed {r['seed']} ({r['train_s']:.0f} s training, {r['steps']} steps): {keys}")
+        share = (f"; the process had {r['process_cpu_s'] / r['process_wall_s']:.0%} of a core over its life"
+                 if r.get("process_wall_s") else "")
+        lines.append(f"  - {r['task']} {r['trainer']} seed {r['seed']} ({r['train_s']:.0f} s training, {r['steps']} steps): {keys}{share}")
     return ["- Where the training time went (seconds summed over the run's steps; ours: its metrics rows' `time/` keys, "
             "which overlap where rollouts run ahead; TRL: its `_generate`, tool calls and the game included, the rest "
             "is its update):", *lines] if lines else []
+
+
+HELD_EQUAL = [
+    "- Held equal: the preset's starting weights (tiny-calculator, tiny-guess), the example's training rows, 16 "
+    "prompts x 8 completions per step (one generation batch of 128), an optimizer step per 32 completions in "
+    "micro-batches of 16 (TRL: per-device batch 16, 2 accumulation steps, `steps_per_generation` 8), AdamW lr 3e-4 "
+    "constant, grad clip 1.0, DAPO loss with clip 0.2 / 0.28, KL coefficient 0 (calculator) and 0.05 (guess, "
+    "k3 on both), T=1, float32, one thread, no vLLM (TRL: `use_cpu`, no bf16, no gradient checkpointing). "
+    "The held-out evaluation is the same call on both (`rf.evaluate` with the example's config, the run's seed): "
+    "their step-0 points agree exactly.",
+    "- Calculator on TRL: `tools=` with the calculator the MCP server runs (`tools/servers/calculator.evaluate`), "
+    "given as the preset's exact tool spec (a dict that is also callable: a Python function would render a spec "
+    "of its own, which this 1M-parameter model was never shown); the tokenizer gets TRL's copy of Qwen3's chat "
+    "template (TRL accepts only its own copies for multi-turn training; the presets' template renders the same "
+    "text, a test checks); the reward is the example's `exact_match` on the last message; "
+    "`max_tool_calling_iterations` 2 (ours: 3 turns); `max_completion_length` 160 for the whole multi-turn "
+    "completion (ours: 48 new tokens a turn).",
+    "- The guessing game on TRL (`environment_factory`): TRL goes on with an episode only after a tool call, so "
+    "the game's class (bench/_race.py `GuessGame`, over the same `Guess` environment) offers a `guess(number)` "
+    "tool answered by the game's hint, and the completion's final answer is played as the last guess. The "
+    "tiny-guess preset plays by answering with a bare number, as its warm-start taught; under TRL it must call "
+    "the tool to get a hint, and its prompts carry the tool block in a system turn it was never shown. "
+    "Held-out evaluation plays the game as the preset knows it (`rf.evaluate`, the example's environment), so "
+    "it measures what each trainer did to the same player.",
+    "- Not equal by design: ours trains as the example configs say, with their defaults: the guessing game's "
+    "`advantage: step_groups` (GiGPO-style credit per game state), and groups whose rewards are all equal "
+    "dropped from the update (`filter_zero_variance`); TRL's GRPOTrainer has neither.",
+]
+
+
+def kept_machine_line() -> str:
+    """The machine line of the run whose section --report rewrites (its load at start), else now's."""
+    written = RESULTS_DIR / f"{NAME}.md"
+    lines = written.read_text().splitlines() if written.exists() else []
+    return next((line for line in lines if line.startswith("Machine: ")), machine_line())
 
 
 def main() -> None:
@@ -171,7 +222,7 @@ def main() -> None:
     except ImportError:
         print("TRL is not installed (pip install -e '.[bench]'): nothing to race against; skipped")
         return
-    machine = machine_line()
+    machine = kept_machine_line() if args.report else machine_line()
     if not args.report:
         records: dict[str, list[dict[str, Any]]] = {task: [] for task in args.tasks}
         threads = [threading.Thread(target=run_task, args=(task, args, records[task])) for task in args.tasks]
@@ -182,10 +233,13 @@ def main() -> None:
         for thread in threads:
             thread.join()
     records_all = kept_records(args.tasks, args.seeds)
-    notes = [f"- TRL {trl.__version__}; each run its own process, one thread (OMP_NUM_THREADS=1)."]
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    notes = [f"- TRL {trl.__version__}; each run its own process, one thread (OMP_NUM_THREADS=1); load average at the end {load}."]
+    notes += HELD_EQUAL
     notes += where_time_goes(records_all)
-    text = markdown(records_all, script_args(), machine, notes)
-    write_result(NAME, {"runs": records_all, "trl_version": trl.__version__}, text)
+    shown = [arg for arg in script_args() if arg != "--report"]  # --report rewrites the section of a run made so
+    text = markdown(records_all, shown, machine, notes)
+    write_result(NAME, {"machine": machine, "runs": records_all, "trl_version": trl.__version__}, text)
     print(text)
 
 
