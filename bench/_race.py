@@ -197,7 +197,7 @@ def guess_reward(completions: list[Any], environments: list[GuessGame], **_: Any
 
 def trl_tokenizer(policy: Policy) -> Any:
     """The preset's tokenizer with TRL's copy of Qwen3's own chat template: the presets' template
-    renders the same text (tests/bench/test_time_to_reward.py checks a tool conversation), but TRL
+    renders the same text (tests/bench/test_bench_time_to_reward.py checks a tool conversation), but TRL
     recognizes only its own copies when it needs a prefix-preserving training template and a parser."""
     from trl.chat_template_utils import qwen3_chat_template
 
