@@ -160,6 +160,46 @@ def markdown(records: list[dict[str, Any]], argv: list[str], machine: str, notes
                    argv, machine, markdown_table(header, rows), bullets)
 
 
+def trl_logged(task: str, seed: int) -> dict[str, str]:
+    """TRL's own metrics over a run (the line it logs when training ends; logging is off until then)."""
+    import ast
+
+    log = RUNS / f"{task}-trl-seed{seed}.log"
+    lines = [line for line in log.read_text().splitlines() if line.startswith("{'train_runtime'")] if log.exists() else []
+    return ast.literal_eval(lines[-1]) if lines else {}
+
+
+def trl_behaviour(records: list[dict[str, Any]]) -> list[str]:
+    parts = []
+    for r in records:
+        if r["trainer"] != "trl" or "error" in r:
+            continue
+        logged = trl_logged(r["task"], r["seed"])
+        if "tools/call_frequency" in logged:
+            parts.append(f"{r['task']} seed {r['seed']}: tool calls per completion {float(logged['tools/call_frequency']):.2f}, "
+                         f"completion {float(logged['completions/mean_length']):.1f} tokens, train reward {float(logged['reward']):.3f}")
+    return ["- What TRL's rollouts did, over each run (its own logged means): " + "; ".join(parts) + "."] if parts else []
+
+
+def shares_text(records: list[dict[str, Any]]) -> list[str]:
+    """Per task and trainer: the share of training time in generation (with tools or the game) and the rest."""
+    lines = []
+    for task in sorted({r["task"] for r in records}):
+        parts = []
+        for trainer in TRAINERS:
+            runs = [r for r in records if r["task"] == task and r["trainer"] == trainer and "error" not in r and r["train_s"]]
+            total = sum(r["train_s"] for r in runs)
+            if not total:
+                continue
+            keys = ("time/rollout_s",) if trainer == "ours" else ("generate_and_tools_s",)
+            generating = sum(r["seconds_by_key"].get(k, 0.0) for r in runs for k in keys)
+            update = sum(r["seconds_by_key"].get("time/update_s", 0.0) for r in runs) if trainer == "ours" else total - generating
+            parts.append(f"{'ours' if trainer == 'ours' else 'TRL'} {generating / total:.0%} generating "
+                         f"(tools or game included), {update / total:.0%} {'updating' if trainer == 'ours' else 'the rest (scoring passes, update)'}")
+        lines.append(f"- {task}, share of training time: " + "; ".join(parts) + ".")
+    return lines
+
+
 def where_time_goes(records: list[dict[str, Any]]) -> list[str]:
     lines = []
     for r in records:
@@ -169,7 +209,7 @@ def where_time_goes(records: list[dict[str, Any]]) -> list[str]:
         share = (f"; the process had {r['process_cpu_s'] / r['process_wall_s']:.0%} of a core over its life"
                  if r.get("process_wall_s") else "")
         lines.append(f"  - {r['task']} {r['trainer']} seed {r['seed']} ({r['train_s']:.0f} s training, {r['steps']} steps): {keys}{share}")
-    return ["- Where the training time went (seconds summed over the run's steps; ours: its metrics rows' `time/` keys, "
+    return [*shares_text(records), "- Where the training time went (seconds summed over the run's steps; ours: its metrics rows' `time/` keys, "
             "which overlap where rollouts run ahead; TRL: its `_generate`, tool calls and the game included, the rest "
             "is its update):", *lines] if lines else []
 
@@ -236,6 +276,7 @@ def main() -> None:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     notes = [f"- TRL {trl.__version__}; each run its own process, one thread (OMP_NUM_THREADS=1); load average at the end {load}."]
     notes += HELD_EQUAL
+    notes += trl_behaviour(records_all)
     notes += where_time_goes(records_all)
     shown = [arg for arg in script_args() if arg != "--report"]  # --report rewrites the section of a run made so
     text = markdown(records_all, shown, machine, notes)
