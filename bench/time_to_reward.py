@@ -219,6 +219,14 @@ def where_time_goes(records: list[dict[str, Any]]) -> list[str]:
             "is its update):", *lines] if lines else []
 
 
+BOUNDS = (
+    "- What bounds it on 2 cores: each run is one process on one thread, so a step is one thread's compute: "
+    "decoding token by token (with the calculator's MCP calls or the game's replies in the same loop) and the "
+    "update's forward and backward passes, about half each for ours (shares above). With `--parallel-tasks` the "
+    "two tasks' runs share the 2 cores (alternation within a task keeps each pair under like load), and other "
+    "work on the machine kept the load average near the figures above: where recorded, a run's process had well "
+    "under a core, so absolute times are several times a quiet machine's; the ratios are the figures to read."
+)
 HELD_EQUAL = [
     "- Held equal: the preset's starting weights (tiny-calculator, tiny-guess), the example's training rows, 16 "
     "prompts x 8 completions per step (one generation batch of 128), an optimizer step per 32 completions in "
@@ -282,6 +290,7 @@ def main() -> None:
     notes = [f"- TRL {trl.__version__}; each run its own process, one thread (OMP_NUM_THREADS=1); load average at the end {load}."]
     notes += HELD_EQUAL
     notes += trl_behaviour(records_all)
+    notes += [BOUNDS]
     notes += where_time_goes(records_all)
     shown = [arg for arg in script_args() if arg != "--report"]  # --report rewrites the section of a run made so
     text = markdown(records_all, shown, machine, notes)
