@@ -85,7 +85,7 @@ class Race:
               f"sampled {scores['sampled']:.3f}  (eval {point['eval_s']:.1f} s)", flush=True)
         if scores["greedy"] >= self.target and self.reached_s is None:
             self.reached_s = self.train_s
-        stop = self.reached_s is not None or self.train_s >= self.cap_s
+        stop = self.reached_s is not None or (step > 0 and self.train_s >= self.cap_s)  # step 0: before training
         if not stop:
             self.resume()
         return stop
