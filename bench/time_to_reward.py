@@ -70,7 +70,7 @@ def run_worker(trainer: str, task: str, seed: int, args: argparse.Namespace) -> 
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1")
     print(f"{task}: {trainer} seed {seed}", flush=True)
     with (RUNS / f"{task}-{trainer}-seed{seed}.log").open("w") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False)
     if done.returncode == 0 and out.exists():
         return json.loads(out.read_text())
     tail = (RUNS / f"{task}-{trainer}-seed{seed}.log").read_text().strip().splitlines()[-3:]
@@ -214,9 +214,9 @@ def where_time_goes(records: list[dict[str, Any]]) -> list[str]:
         share = (f"; the process had {r['process_cpu_s'] / r['process_wall_s']:.0%} of a core over its life"
                  if r.get("process_wall_s") else "")
         lines.append(f"  - {r['task']} {r['trainer']} seed {r['seed']} ({r['train_s']:.0f} s training, {r['steps']} steps): {keys}{share}")
-    return [*shares_text(records), "- Where the training time went (seconds summed over the run's steps; ours: its metrics rows' `time/` keys, "
+    return [*shares_text(records), ("- Where the training time went (seconds summed over the run's steps; ours: its metrics rows' `time/` keys, "
             "which overlap where rollouts run ahead; TRL: its `_generate`, tool calls and the game included, the rest "
-            "is its update):", *lines] if lines else []
+            "is its update):"), *lines] if lines else []
 
 
 BOUNDS = (
@@ -228,30 +228,30 @@ BOUNDS = (
     "under a core, so absolute times are several times a quiet machine's; the ratios are the figures to read."
 )
 HELD_EQUAL = [
-    "- Held equal: the preset's starting weights (tiny-calculator, tiny-guess), the example's training rows, 16 "
+    ("- Held equal: the preset's starting weights (tiny-calculator, tiny-guess), the example's training rows, 16 "
     "prompts x 8 completions per step (one generation batch of 128), an optimizer step per 32 completions in "
     "micro-batches of 16 (TRL: per-device batch 16, 2 accumulation steps, `steps_per_generation` 8), AdamW lr 3e-4 "
     "constant, grad clip 1.0, DAPO loss with clip 0.2 / 0.28, KL coefficient 0 (calculator) and 0.05 (guess, "
     "k3 on both), T=1, float32, one thread, no vLLM (TRL: `use_cpu`, no bf16, no gradient checkpointing). "
     "The held-out evaluation is the same call on both (`rf.evaluate` with the example's config, the run's seed): "
-    "their step-0 points agree exactly.",
-    "- Calculator on TRL: `tools=` with the calculator the MCP server runs (`tools/servers/calculator.evaluate`), "
+    "their step-0 points agree exactly."),
+    ("- Calculator on TRL: `tools=` with the calculator the MCP server runs (`tools/servers/calculator.evaluate`), "
     "given as the preset's exact tool spec (a dict that is also callable: a Python function would render a spec "
     "of its own, which this 1M-parameter model was never shown); the tokenizer gets TRL's copy of Qwen3's chat "
     "template (TRL accepts only its own copies for multi-turn training; the presets' template renders the same "
     "text, a test checks); the reward is the example's `exact_match` on the last message; "
     "`max_tool_calling_iterations` 2 (ours: 3 turns); `max_completion_length` 160 for the whole multi-turn "
-    "completion (ours: 48 new tokens a turn).",
-    "- The guessing game on TRL (`environment_factory`): TRL goes on with an episode only after a tool call, so "
+    "completion (ours: 48 new tokens a turn)."),
+    ("- The guessing game on TRL (`environment_factory`): TRL goes on with an episode only after a tool call, so "
     "the game's class (bench/_race.py `GuessGame`, over the same `Guess` environment) offers a `guess(number)` "
     "tool answered by the game's hint, and the completion's final answer is played as the last guess. The "
     "tiny-guess preset plays by answering with a bare number, as its warm-start taught; under TRL it must call "
     "the tool to get a hint, and its prompts carry the tool block in a system turn it was never shown. "
     "Held-out evaluation plays the game as the preset knows it (`rf.evaluate`, the example's environment), so "
-    "it measures what each trainer did to the same player.",
-    "- Not equal by design: ours trains as the example configs say, with their defaults: the guessing game's "
+    "it measures what each trainer did to the same player."),
+    ("- Not equal by design: ours trains as the example configs say, with their defaults: the guessing game's "
     "`advantage: step_groups` (GiGPO-style credit per game state), and groups whose rewards are all equal "
-    "dropped from the update (`filter_zero_variance`); TRL's GRPOTrainer has neither.",
+    "dropped from the update (`filter_zero_variance`); TRL's GRPOTrainer has neither."),
 ]
 
 

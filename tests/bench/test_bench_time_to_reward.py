@@ -52,9 +52,9 @@ def test_a_model_that_never_calls_the_tool_plays_one_guess():
 
 @needs_trl
 def test_trl_renders_the_presets_tool_spec_and_chat_text_unchanged():
+    from bench._race import calculator_tool, trl_tokenizer
     from rlfactory_nb.models.policy import Policy
     from rlfactory_nb.models.presets.calculator import CALCULATOR_TOOL
-    from bench._race import calculator_tool, trl_tokenizer
 
     ours = Policy.load("tiny-calculator", device="cpu", log=lambda _: None).tokenizer
     theirs = trl_tokenizer(Policy.load("tiny-calculator", device="cpu", log=lambda _: None))
