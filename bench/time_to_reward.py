@@ -262,6 +262,13 @@ def kept_machine_line() -> str:
     return next((line for line in lines if line.startswith("Machine: ")), machine_line())
 
 
+def kept_end_load() -> str:
+    """The load average at the end of the run whose section --report rewrites (as its JSON kept it)."""
+    written = RESULTS_DIR / f"{NAME}.json"
+    kept = json.loads(written.read_text()).get("load_at_end") if written.exists() else None
+    return kept or ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def main() -> None:
     args = parse_args(sys.argv[1:])
     if args.worker:
@@ -286,7 +293,7 @@ def main() -> None:
         for thread in threads:
             thread.join()
     records_all = kept_records(args.tasks, args.seeds)
-    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    load = kept_end_load() if args.report else ", ".join(f"{value:.2f}" for value in os.getloadavg())
     notes = [f"- TRL {trl.__version__}; each run its own process, one thread (OMP_NUM_THREADS=1); load average at the end {load}."]
     notes += HELD_EQUAL
     notes += trl_behaviour(records_all)
@@ -294,7 +301,7 @@ def main() -> None:
     notes += where_time_goes(records_all)
     shown = [arg for arg in script_args() if arg != "--report"]  # --report rewrites the section of a run made so
     text = markdown(records_all, shown, machine, notes)
-    write_result(NAME, {"machine": machine, "runs": records_all, "trl_version": trl.__version__}, text)
+    write_result(NAME, {"machine": machine, "load_at_end": load, "runs": records_all, "trl_version": trl.__version__}, text)
     print(text)
 
 
