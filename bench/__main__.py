@@ -1,6 +1,7 @@
 """Run the benchmarks and rewrite BENCHMARKS.md from their sections.
 
-    python -m bench                  # all of them (what `make bench` runs), about 15-25 min on 2 cores
+    python -m bench                  # all of them (what `make bench` runs), about 15-25 min on 2 cores,
+                                     # plus 45-60 min for time_to_reward (8 training runs)
     python -m bench --quick          # the same with fewer steps, a few minutes
     python -m bench engines grpo_step  # a subset; the other sections stay as their last run left them
 
@@ -41,8 +42,11 @@ ORDER = (
     "learning",
     "learning_options",
     "guess",
+    "time_to_reward",
 )
 """run order: short, self-contained measurements first; the long learning runs last"""
+TIMEOUTS = {"time_to_reward": 4800.0}
+"""benchmarks that need more than `--timeout` (time_to_reward: 8 training runs of up to 6 min each)"""
 
 HEADER = """# Benchmarks
 
@@ -159,7 +163,7 @@ def main(
     started = time.perf_counter()
     for index, name in enumerate(names, 1):
         print(f"\n=== [{index}/{len(names)}] {name}{' --quick' if args.quick else ''} ===", flush=True)
-        outcome = run_one(name, args.quick, bench_dir, results_dir, args.timeout)
+        outcome = run_one(name, args.quick, bench_dir, results_dir, max(args.timeout, TIMEOUTS.get(name, 0.0)))
         outcomes.append(outcome)
         print(f"=== {name}: {outcome.status} ({outcome.seconds:.0f} s) ===", flush=True)
     command = " ".join(["python -m bench", *(["--quick"] if args.quick else []), *args.names])
