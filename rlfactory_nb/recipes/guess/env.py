@@ -8,13 +8,6 @@ An answer with no number still costs a guess and is told how to answer.
 The reward is 1 for a find on the first guess, 0.1 less for each further guess; a game lost earns at
 most 0.2, for the share of its guesses that kept to the hints. Finding it fast (binary search over
 the hints) is what pays; keeping to the hints is the step towards it.
-
-`Guess(split_credit=c)` (`rollout.env: rlfactory_nb.recipes.guess.env:guess_split_credit`) also gives
-each guess that the game answers with a hint a reward of its own, `c` times the share of the allowed
-numbers the guess rules out whatever the secret is (1 - the larger side left / the numbers allowed:
-the middle of seven 0.57, an end 0.14). With `grpo.advantage: step_groups` or `turn` and
-`grpo.gamma` below 1, that reward reaches the guess that earned it (train/credit.py: the episode's
-return stays its score, the turn rewards only move credit).
 """
 
 from __future__ import annotations
@@ -27,8 +20,6 @@ from rlfactory_nb.envs.base import Environment, Response
 from rlfactory_nb.types import Turn
 
 MAX_GUESSES = 3
-SPLIT_CREDIT = 0.2
-"""the per-guess reward `guess_split_credit` gives a perfect split's share of the numbers ruled out"""
 HINT_CREDIT = 0.2
 """an episode that never finds the number earns this times the share of its guesses that kept to
 the range and the hints: a denser signal than the find alone, below any find's reward (0.7 at least)"""
@@ -48,9 +39,8 @@ def read_guess(text: str) -> int | None:
 class Guess(Environment):
     """One game: a secret in [low, high], at most `max_guesses` guesses."""
 
-    def __init__(self, max_guesses: int = MAX_GUESSES, split_credit: float = 0.0):
+    def __init__(self, max_guesses: int = MAX_GUESSES):
         self.max_guesses = max_guesses
-        self.split_credit = split_credit
         self.low, self.high, self.secret = 1, 7, 1
         self.guesses: list[int | None] = []
         self.kept_to_hints = 0
@@ -67,7 +57,6 @@ class Guess(Environment):
         guess = read_guess(turn.answer if turn.answer is not None else turn.text)
         self.guesses.append(guess)
         self.solved = guess == self.secret
-        split = self._split(guess)
         self._narrow(guess)
         out_of_guesses = len(self.guesses) >= self.max_guesses
         if self.solved or out_of_guesses:
@@ -77,26 +66,12 @@ class Guess(Environment):
             hint = f"Answer with one number from {self.low} to {self.high}."
         else:
             hint = "Higher." if guess < self.secret else "Lower."
-        return Response([{"role": "user", "content": hint}], reward=split if self.split_credit else None)
+        return Response([{"role": "user", "content": hint}])
 
     def reward(self) -> float:
         if self.solved:
             return round(1.0 - 0.1 * (len(self.guesses) - 1), 3)
         return round(HINT_CREDIT * self.kept_to_hints / max(1, len(self.guesses)), 3)
-
-    def _split(self, guess: int | None) -> float:
-        """`split_credit` times the share of the allowed numbers `guess` rules out for any secret.
-
-        >>> game = Guess(split_credit=1.0)
-        >>> game.allowed = (1, 7)
-        >>> game._split(4), game._split(1), game._split(9), game._split(None)
-        (0.571, 0.143, 0.0, 0.0)
-        """
-        low, high = self.allowed
-        if guess is None or not low <= guess <= high:
-            return 0.0
-        larger_side = max(guess - low, high - guess)
-        return round(self.split_credit * (1 - larger_side / (high - low + 1)), 3)
 
     def _narrow(self, guess: int | None) -> None:
         low, high = self.allowed
@@ -108,8 +83,3 @@ class Guess(Environment):
 
     def state(self) -> dict[str, Any]:
         return {"range": [self.low, self.high], "guesses": list(self.guesses), "solved": self.solved}
-
-
-def guess_split_credit() -> Guess:
-    """The game with a reward for each hinted guess's split (`SPLIT_CREDIT`; module docstring)."""
-    return Guess(split_credit=SPLIT_CREDIT)
