@@ -4,7 +4,7 @@
     (each trajectory seeded by its SampleId) -> rewards, each episode's environment still open ->
     close every episode -> dynamic sampling's extra rounds while the step lacks groups with signal
 
-`StepSource` owns what plays the episodes (an rf.Agent, or an rf.AgentProgram: `rollout`, `env_of`,
+`StepSource` owns what plays the episodes (an `EpisodePlayer`: rf.Agent or rf.AgentProgram, through `rollout`, `env_of`,
 `close_episodes`) and the reward runner, so an episode's whole life, from its environment's reset
 to its close, happens here. The trainer only takes a step's scored groups (`take`) and says when the
 engines hold new weights (`publish`); nothing here calls back into the trainer.
@@ -28,13 +28,13 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.data.rows import PromptOrder, Row
 from rlfactory_nb.errors import TrainingError
 from rlfactory_nb.rewards.runner import RewardOutcome, RewardRunner
 from rlfactory_nb.rollout.groups import rollout_groups
+from rlfactory_nb.rollout.player import EpisodePlayer
 from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.train.failures import StepGuard
 from rlfactory_nb.train.metrics import StepTimer
@@ -64,7 +64,7 @@ class StepSource:
     def __init__(
         self,
         cfg: RunConfig,
-        agent: Any,
+        agent: EpisodePlayer,
         reward: RewardRunner,
         rows: Sequence[Row],
         guard: StepGuard,
