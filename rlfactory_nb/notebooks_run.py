@@ -32,12 +32,16 @@ from typing import Any
 import yaml
 
 NOTEBOOKS = ("01_setup_tools.ipynb", "02_reward_design.ipynb", "03_train_grpo.ipynb", "04_eval.ipynb")
+TEST_ONLY_NOTEBOOKS = ("05_distill.ipynb",)
+"""notebooks `make test` runs on their own (tests/notebooks/test_distill_notebook.py) but `make demo`
+leaves out, for its time goal: 05 trains three stages and evaluates five models"""
 DEMO_PARAMETERS: dict[str, Any] = {"steps": 16, "prompts_per_step": 16, "group_size": 8, "max_staleness": 1, "eval_size": 32}
 """what `make demo` trains with: enough steps for the tiny model's reward to rise (a few minutes)"""
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WAITS_FOR_JOB = "waits-for-job"
-"""the tag of a cell that waits on a training job (notebook 03's `job.wait()`): bounded by `timeout_s`"""
+"""the tag of a cell that waits on training (notebook 03's `job.wait()`, notebook 05's runs in the
+kernel): bounded by `timeout_s`"""
 QUICK_CELL_S = 120
 """the bound on any other cell. The slowest of them takes 18 s on a quiet 2-core machine; the bound
 is what a lost reply costs (`_execute`), so it is kept well under a job's wait"""

@@ -1,4 +1,4 @@
-"""The four notebooks as committed (no outputs, a papermill parameters cell, only the public API), and
+"""The notebooks as committed (no outputs, a papermill parameters cell, only the public API), and
 as executed: light enough to keep."""
 
 import json
@@ -7,8 +7,9 @@ import re
 import pytest
 
 import rlfactory_nb as rf
-from rlfactory_nb.notebooks_run import NOTEBOOKS, notebooks_dir
+from rlfactory_nb.notebooks_run import NOTEBOOKS, TEST_ONLY_NOTEBOOKS, notebooks_dir
 
+SHIPPED = NOTEBOOKS + TEST_ONLY_NOTEBOOKS
 RF_NAME = re.compile(r"\brf\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -16,7 +17,7 @@ def cells(name):
     return json.loads((notebooks_dir() / name).read_text())["cells"]
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", SHIPPED)
 def test_committed_without_outputs_with_a_parameters_cell(name):
     code = [cell for cell in cells(name) if cell["cell_type"] == "code"]
     assert all(not cell["outputs"] and cell["execution_count"] is None for cell in code)
@@ -24,14 +25,14 @@ def test_committed_without_outputs_with_a_parameters_cell(name):
     assert len(tagged) == 1 and "example = \"calculator\"" in "".join(tagged[0]["source"])
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", SHIPPED)
 def test_every_cell_has_a_unique_id(name):
     """nbformat 4.5 requires cell ids (papermill warns today; a future nbformat refuses the file)."""
     ids = [cell.get("id") for cell in cells(name)]
     assert None not in ids and len(set(ids)) == len(ids)
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", SHIPPED)
 def test_cells_use_only_the_public_api(name):
     source = "\n".join("".join(cell["source"]) for cell in cells(name) if cell["cell_type"] == "code")
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
