@@ -164,7 +164,7 @@ def _override_pairs(overrides: Mapping[str, Any] | list[str]) -> list[tuple[str,
 # ---------------------------------------------------------------------- the paths a config names
 
 PATH_KEYS = (
-    "output_dir", "model.name", "tools.config", "rollout.program", "reward.function", "reward.judge.model", "distill.teacher",
+    "output_dir", "model.name", "tools.config", "rollout.program", "rollout.env", "reward.function", "reward.judge.model", "distill.teacher",
     "data.train", "data.eval", "sft.data",
 )
 """the keys whose value may name a local file or folder, in `config_paths`' order (tests/test_config_paths.py
@@ -203,7 +203,7 @@ def config_paths(cfg: RunConfig) -> list[ConfigPath]:
     found = [ConfigPath(key, Path(value), kind) for key, value, kind in (("output_dir", cfg.output_dir, "output"), ("model.name", cfg.model.name, "model")) if not is_uri(value)]
     if cfg.tools.config is not None:
         found.append(ConfigPath("tools.config", Path(cfg.tools.config), "input"))
-    for key, spec in (("rollout.program", cfg.rollout.program), ("reward.function", cfg.reward.function)):
+    for key, spec in (("rollout.program", cfg.rollout.program), ("rollout.env", cfg.rollout.env), ("reward.function", cfg.reward.function)):
         module, _, function = (spec or "").rpartition(":")
         if module.endswith(".py"):  # `file.py:function`; a `module:function` names no path
             found.append(ConfigPath(key, Path(module), "input", f":{function}"))

@@ -15,7 +15,7 @@ NOT_PATHS = {
     "tools.timeout_s", "tools.max_concurrency", "tools.max_result_chars", "tools.cache",
     "rollout.chat_format", "rollout.parser", "rollout.max_turns", "rollout.max_new_tokens", "rollout.max_total_tokens",
     "rollout.temperature", "rollout.top_p", "rollout.max_in_flight", "rollout.drift_check", "rollout.enable_thinking",
-    "rollout.env", "rollout.env_timeout_s", "rollout.max_open_envs", "rollout.env_seed", "rollout.env_reward",
+    "rollout.env_timeout_s", "rollout.max_open_envs", "rollout.env_seed", "rollout.env_reward",
     "rollout.env_error_reward",
     "reward.args", "reward.on_error", "reward.max_concurrency", "reward.timeout_s",
     "reward.judge.engine", "reward.judge.num_gpus", "reward.judge.num_cpus", "reward.judge.engine_args",
@@ -75,7 +75,7 @@ def test_config_paths_lists_every_path_key_that_names_a_path():
         reward=RewardConfig(function="rewards/mine.py:score", judge=JudgeConfig(model="judges/qwq")),
         distill=DistillConfig(teacher="teachers/calc"),
     ).replace({"data.train": "data/train.jsonl", "data.eval": "data/eval.parquet", "rollout.program": "agents/mine.py:solve",
-               "sft.data": "runs/expert"})
+               "rollout.env": "envs/shop.py:Shop", "sft.data": "runs/expert"})
     found = config_paths(cfg)
     assert tuple(named.key for named in found) == PATH_KEYS
     by_key = {named.key: named for named in found}

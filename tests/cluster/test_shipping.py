@@ -78,6 +78,22 @@ def test_paths_in_the_project_become_relative_and_outside_files_are_staged(tmp_p
     assert unstage(driver_cfg, staged).data.eval == str(package / staged["data.eval"].split("/", 1)[1])
 
 
+def test_an_environment_file_outside_the_project_is_staged_with_its_class(tmp_path, monkeypatch):
+    """`rollout.env: path/to/file.py:Class` names a file the job's workers must read, as a reward file is."""
+    inside = project(tmp_path / "proj")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "myenv.py").write_text("from rlfactory_nb.envs.base import Environment\n\nclass Quiet(Environment):\n    pass\n")
+    monkeypatch.chdir(inside)
+    cfg = config(tmp_path / "runs", "x", **{"rollout.env": f"{outside / 'myenv.py'}:Quiet"})
+    env, driver_cfg, staged = runtime_env(cfg, inside)
+    assert list(staged) == ["rollout.env"] and staged["rollout.env"].endswith("myenv.py")
+    package = Path(env["py_modules"][0])
+    monkeypatch.syspath_prepend(str(package.parent))  # what Ray does with a py_modules folder
+    shipped = unstage(driver_cfg, staged).rollout.env
+    assert shipped.endswith(":Quiet") and Path(shipped.rsplit(":", 1)[0]).read_text() == (outside / "myenv.py").read_text()
+
+
 def test_a_module_only_the_kernel_can_import_is_shipped(tmp_path, monkeypatch):
     inside = project(tmp_path / "proj")
     library = tmp_path / "lib"
