@@ -156,6 +156,8 @@ def _unknown(name: str, known: Callable[[], Sequence[str]]) -> str | None:
     if known is loss_names and ":" in name:
         try:
             loss_reduction(name)
+        except LoadError as error:  # the module or the name is not there: its message names the key
+            return str(error).removeprefix("grpo.loss: ")
         except KeyError as error:
             return str(error.args[0])
         return None

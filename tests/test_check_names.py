@@ -66,6 +66,14 @@ def test_every_problem_is_listed_at_once_and_a_good_config_passes():
     check_names(RunConfig.from_dict({"name": "x", "grpo": {"loss": "rlfactory_nb.algo.losses:grpo_loss"}}))
 
 
+def test_a_loss_module_that_is_not_there_is_listed_with_the_other_problems():
+    cfg = RunConfig.from_dict({"name": "x"}, overrides={"grpo.loss": "no_such_module:loss", "model.engine": "vlm"})
+    with pytest.raises(ConfigError) as raised:
+        check_names(cfg)
+    assert [p.split(":")[0] for p in raised.value.problems] == ["grpo.loss", "model.engine"]
+    assert "cannot import module 'no_such_module'" in raised.value.problems[0]
+
+
 def test_objects_from_the_kernel_replace_what_the_config_names():
     cfg = RunConfig.from_dict({"name": "x", "reward": {"function": "no_such:f"}, "data": {"train": "missing.jsonl"}})
     check_names(cfg, rf.data.objects.RunObjects.of(lambda sample: 1.0, None, [{"messages": [{"role": "user", "content": "1+1?"}], "ground_truth": "2"}]))
