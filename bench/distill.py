@@ -127,14 +127,19 @@ def teacher_samples(args: argparse.Namespace, teacher: str) -> dict[str, Any]:
     return {"run_dir": str(result.run_dir), **result.rounds[0]}
 
 
+def arm_overrides(arm: str, teacher: str) -> dict[str, Any]:
+    """What an arm's GRPO run adds to the shared config: the distill: section for the distillation
+    arms, with the zero-variance filter off (the student's all-zero groups must reach the teacher)."""
+    if arm not in ("distill", "distill+grpo"):
+        return {}
+    return {"distill": {"teacher": teacher, "coef": 1.0, "only": arm == "distill"}, "grpo.filter_zero_variance": False}
+
+
 def run_arm(args: argparse.Namespace, arm: str, seed: int, teacher: str, samples_dir: str) -> dict[str, Any]:
     name = f"{arm.replace('+', '-')}-seed{seed}"
     started = time.monotonic()
     wall = time.time()
-    step_offset, wall_offset, model, extra = 0, 0.0, STUDENT, {}
-    if arm in ("distill", "distill+grpo"):
-        extra = {"distill": {"teacher": teacher, "coef": 1.0, "only": arm == "distill"},
-                 "grpo.filter_zero_variance": False}  # fmt: skip
+    step_offset, wall_offset, model, extra = 0, 0.0, STUDENT, arm_overrides(arm, teacher)
     if arm == "sft+grpo":
         sft_cfg = base_config(args, f"{name}-sft", seed, STUDENT, **{
             "sft.steps": args.sft_steps, "sft.lr": args.sft_lr, "sft.batch_size": 16, "sft.seed": seed,
@@ -196,21 +201,10 @@ def verdicts(runs: list[dict[str, Any]], target: float) -> list[str]:
     return lines
 
 
-def main() -> None:
-    args = parse_args(sys.argv[1:])
-    machine = machine_line()
-    args.out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    teacher = train_teacher(args)
+def markdown(runs: list[dict[str, Any]], teacher: dict[str, Any], samples: dict[str, Any], args: argparse.Namespace,
+             argv: list[str], machine: str, seconds: float) -> str:
+    """The BENCHMARKS.md section: one row per run (greedy and wall seconds at each eval), the goals."""
     teacher_greedy = teacher["curve"][-1]["greedy"]
-    print(f"teacher: {teacher}", flush=True)
-    samples = teacher_samples(args, teacher["checkpoint"]) if "sft+grpo" in args.arms else {}
-    print(f"teacher samples: {samples}", flush=True)
-    runs = []
-    for seed in args.seeds:
-        for arm in args.arms:
-            runs.append(run_arm(args, arm, seed, teacher["checkpoint"], samples.get("run_dir", "")))
-            print(runs[-1], flush=True)
     target = min(teacher_greedy, TARGET)
     steps = sorted({p["step"] for r in runs for p in r["curve"]})
     header = ["arm", "seed", *(f"step {s}" for s in steps), f"reaches greedy {target:.2f}", "train reward mean",
@@ -231,12 +225,31 @@ def main() -> None:
         f"rejection-sampled trajectories ({samples.get('rejection/kept', 0):.0f} of {samples.get('rejection/sampled', 0):.0f} "
         "kept at reward 1): the student never scores on this task, so its own samples give nothing to keep.",
         *verdicts(runs, target),
-        f"- Whole bench: {time.monotonic() - started:.0f} s.",
+        f"- Whole bench: {seconds:.0f} s.",
     ]
-    markdown = section("Beyond reward alone: on-policy distillation and SFT-then-GRPO from a weak student (calculator)",
-                       "bench/distill.py", script_args(), machine, markdown_table(header, rows), bullets)
-    write_result(NAME, {"teacher": teacher, "teacher_samples": samples, "target": target, "runs": runs}, markdown)
-    print(markdown)
+    return section("Beyond reward alone: on-policy distillation and SFT-then-GRPO from a weak student (calculator)",
+                       "bench/distill.py", argv, machine, markdown_table(header, rows), bullets)
+
+
+def main() -> None:
+    args = parse_args(sys.argv[1:])
+    machine = machine_line()
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    teacher = train_teacher(args)
+    teacher_greedy = teacher["curve"][-1]["greedy"]
+    print(f"teacher: {teacher}", flush=True)
+    samples = teacher_samples(args, teacher["checkpoint"]) if "sft+grpo" in args.arms else {}
+    print(f"teacher samples: {samples}", flush=True)
+    runs = []
+    for seed in args.seeds:
+        for arm in args.arms:
+            runs.append(run_arm(args, arm, seed, teacher["checkpoint"], samples.get("run_dir", "")))
+            print(runs[-1], flush=True)
+    target = min(teacher_greedy, TARGET)
+    text = markdown(runs, teacher, samples, args, script_args(), machine, time.monotonic() - started)
+    write_result(NAME, {"teacher": teacher, "teacher_samples": samples, "target": target, "runs": runs}, text)
+    print(text)
 
 
 if __name__ == "__main__":
