@@ -61,6 +61,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sft-lr", type=float, default=1e-3)
     parser.add_argument("--rs-prompts", type=int, default=32, help="rejection sampling: prompts")
     parser.add_argument("--rs-k", type=int, default=4, help="rejection sampling: samples per prompt")
+    parser.add_argument("--teacher", default=None, help="a trained teacher's folder (default: train one first)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for every arm's run")
+    parser.add_argument("--results-dir", type=Path, default=None, help="where distill.{json,md} go (default bench/results)")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-distill"))
     parser.add_argument("--quick", action="store_true", help="one seed, 2 steps, eval every 1 on 8 prompts")
     args = parser.parse_args(argv)
@@ -81,6 +84,11 @@ def base_config(args: argparse.Namespace, name: str, seed: int, model: str, **ex
         "data.eval_size": args.eval_size, **extra,
     }  # fmt: skip
     return rf.example("calculator").config(overrides)
+
+
+def arm_config(args: argparse.Namespace, name: str, seed: int, model: str, **extra: Any) -> rf.RunConfig:
+    """An arm's GRPO run: the shared config plus `--set` (the teacher's runs do not take it)."""
+    return base_config(args, name, seed, model, **extra).replace(args.set)
 
 
 def curve(run_dir: Path, started: float, step_offset: int = 0, wall_offset: float = 0.0) -> list[dict[str, Any]]:
@@ -116,6 +124,16 @@ def train_teacher(args: argparse.Namespace) -> dict[str, Any]:
     return {"checkpoint": str(result.checkpoint), "curve": points, "seconds": round(time.monotonic() - started)}
 
 
+def given_teacher(args: argparse.Namespace) -> dict[str, Any]:
+    """A teacher trained before (`--teacher`): its held-out greedy, evaluated as the runs evaluate."""
+    cfg = base_config(args, "teacher-eval", 0, args.teacher)
+    started = time.monotonic()
+    report = rf.evaluate_sync(args.teacher, None, cfg, limit=args.eval_size)
+    greedy = report.summary()["greedy_reward"]
+    return {"checkpoint": args.teacher, "curve": [{"step": None, "wall_s": 0.0, "greedy": greedy, "sampled": None}],
+            "seconds": round(time.monotonic() - started)}  # fmt: skip
+
+
 def teacher_samples(args: argparse.Namespace, teacher: str) -> dict[str, Any]:
     """Rejection sampling with the teacher as the policy: its saved, scored samples are the SFT data.
     (It fine-tunes a throwaway copy of the teacher for one step; only the samples are used.)"""
@@ -149,7 +167,7 @@ def run_arm(args: argparse.Namespace, arm: str, seed: int, teacher: str, samples
         model, step_offset = str(sft.checkpoint), args.sft_steps
         wall_offset = time.monotonic() - started
         wall = time.time()
-    result = rf.train_sync(base_config(args, name, seed, model, **extra), replace=True)
+    result = rf.train_sync(arm_config(args, name, seed, model, **extra), replace=True)
     run_dir = Path(result.run_dir)
     points = curve(run_dir, wall, step_offset, wall_offset)
     if arm == "sft+grpo":  # the student before SFT is the other arms' step 0
@@ -236,7 +254,7 @@ def main() -> None:
     machine = machine_line()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    teacher = train_teacher(args)
+    teacher = train_teacher(args) if args.teacher is None else given_teacher(args)
     teacher_greedy = teacher["curve"][-1]["greedy"]
     print(f"teacher: {teacher}", flush=True)
     samples = teacher_samples(args, teacher["checkpoint"]) if "sft+grpo" in args.arms else {}
@@ -248,7 +266,7 @@ def main() -> None:
             print(runs[-1], flush=True)
     target = min(teacher_greedy, TARGET)
     text = markdown(runs, teacher, samples, args, script_args(), machine, time.monotonic() - started)
-    write_result(NAME, {"teacher": teacher, "teacher_samples": samples, "target": target, "runs": runs}, text)
+    write_result(NAME, {"teacher": teacher, "teacher_samples": samples, "target": target, "runs": runs}, text, args.results_dir)
     print(text)
 
 
