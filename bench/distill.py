@@ -219,6 +219,17 @@ def verdicts(runs: list[dict[str, Any]], target: float) -> list[str]:
     return lines
 
 
+def stuck_note(runs: list[dict[str, Any]]) -> list[str]:
+    """Where GRPO alone never saw a nonzero reward, it never updated: say what that does to the goals."""
+    grpo = [r for r in runs if r["arm"] == "grpo"]
+    if not grpo or any(r["train_reward_max"] > 0 for r in grpo):
+        return []
+    return ["- GRPO alone never saw a nonzero training reward: every group's rewards were equal (all 0), so the "
+            "zero-variance filter dropped them all and no step changed the policy; it would need unboundedly many "
+            "steps. The first goal is then met by any arm that reaches the target at all, and the second only "
+            "vacuously (GRPO alone's final score is the student's own)."]  # fmt: skip
+
+
 def markdown(runs: list[dict[str, Any]], teacher: dict[str, Any], samples: dict[str, Any], args: argparse.Namespace,
              argv: list[str], machine: str, seconds: float) -> str:
     """The BENCHMARKS.md section: one row per run (greedy and wall seconds at each eval), the goals."""
@@ -243,7 +254,10 @@ def markdown(runs: list[dict[str, Any]], teacher: dict[str, Any], samples: dict[
         f"rejection-sampled trajectories ({samples.get('rejection/kept', 0):.0f} of {samples.get('rejection/sampled', 0):.0f} "
         "kept at reward 1): the student never scores on this task, so its own samples give nothing to keep.",
         *verdicts(runs, target),
-        f"- Whole bench: {seconds:.0f} s.",
+        *stuck_note(runs),
+        f"- Whole bench: {seconds:.0f} s, on a machine shared with other work (the load average above); the wall "
+        "seconds are for comparing arms within this run only.",
+        "- A 10x learning rate for distillation alone, past this cap: bench/manual/distill_lr.md.",
     ]
     return section("Beyond reward alone: on-policy distillation and SFT-then-GRPO from a weak student (calculator)",
                        "bench/distill.py", argv, machine, markdown_table(header, rows), bullets)
