@@ -21,7 +21,7 @@ synthetic:calculator-heldout, every `--eval-every` steps):
 
 Both distillation arms set `grpo.filter_zero_variance: false`: a student whose rewards are all 0
 has only zero-variance groups, which the filter would drop before the teacher scores them.
-Writes bench/results/distill.{json,md}; the runs' folders go to <out>/.
+Writes distill.json and distill.md to bench/results/; the runs' folders go to <out>/.
 """
 
 from __future__ import annotations
