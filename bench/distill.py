@@ -219,6 +219,31 @@ def verdicts(runs: list[dict[str, Any]], target: float) -> list[str]:
     return lines
 
 
+def goal_summary(runs: list[dict[str, Any]], target: float) -> list[str]:
+    """Each goal in one line: how many runs met it (a goal counts as met only where a run reached its target
+    within its ratio of GRPO alone's steps; a GRPO run that never reached the target counts as its cap)."""
+    lines = verdicts(runs, target)
+    first = [line for line in lines if "greedy" in line and "distill" in line]
+    met_first = [line for line in first if "missed" not in line and _ratio(line) <= 0.2]
+    second = [line for line in lines if "sft+grpo" in line]
+    met_second = [line for line in second if "not reached" not in line and _within(line)]
+    return [f"- Goal 1 (distillation to greedy {target:.2f} in at most a fifth of GRPO alone's steps): "
+            f"{'met' if first and len(met_first) == len(first) else 'missed'} ({len(met_first)} of {len(first)} runs). "
+            f"Goal 2 (SFT-then-GRPO to GRPO alone's final score in at most half its steps): "
+            f"{'met' if second and len(met_second) == len(second) else 'missed'} ({len(met_second)} of {len(second)} seeds)."]  # fmt: skip
+
+
+def _ratio(line: str) -> float:
+    """The ratio in a verdict line; a bound ("ratio < 0.25") counts as its value."""
+    return float(line.split("ratio ", 1)[1].split(";", 1)[0].removeprefix("< "))
+
+
+def _within(line: str) -> bool:
+    step = int(line.split("): step ", 1)[1].split(" ", 1)[0])
+    bound = float(line.split("goal <= ", 1)[1].split(",", 1)[0])
+    return step <= bound
+
+
 def stuck_note(runs: list[dict[str, Any]]) -> list[str]:
     """Where GRPO alone never saw a nonzero reward, it never updated: say what that does to the goals."""
     grpo = [r for r in runs if r["arm"] == "grpo"]
@@ -227,7 +252,8 @@ def stuck_note(runs: list[dict[str, Any]]) -> list[str]:
     return ["- GRPO alone never saw a nonzero training reward: every group's rewards were equal (all 0), so the "
             "zero-variance filter dropped them all and no step changed the policy; it would need unboundedly many "
             "steps. The first goal is then met by any arm that reaches the target at all, and the second only "
-            "vacuously (GRPO alone's final score is the student's own)."]  # fmt: skip
+            "vacuously (GRPO alone's final score is the student's own). With every reward 0 the group advantage "
+            "is 0 too, so distill+grpo trains on the reverse KL alone, as distill does (the same KL figures per seed)."]  # fmt: skip
 
 
 def markdown(runs: list[dict[str, Any]], teacher: dict[str, Any], samples: dict[str, Any], args: argparse.Namespace,
@@ -254,6 +280,7 @@ def markdown(runs: list[dict[str, Any]], teacher: dict[str, Any], samples: dict[
         f"rejection-sampled trajectories ({samples.get('rejection/kept', 0):.0f} of {samples.get('rejection/sampled', 0):.0f} "
         "kept at reward 1): the student never scores on this task, so its own samples give nothing to keep.",
         *verdicts(runs, target),
+        *goal_summary(runs, target),
         *stuck_note(runs),
         f"- Whole bench: {seconds:.0f} s, on a machine shared with other work (the load average above); the wall "
         "seconds are for comparing arms within this run only.",
