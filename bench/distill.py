@@ -284,7 +284,7 @@ def markdown(runs: list[dict[str, Any]], teacher: dict[str, Any], samples: dict[
         *stuck_note(runs),
         f"- Whole bench: {seconds:.0f} s, on a machine shared with other work (the load average above); the wall "
         "seconds are for comparing arms within this run only.",
-        "- A 10x learning rate for distillation alone, past this cap: bench/manual/distill_lr.md.",
+        "- Past this cap (bench/manual/distill_lr.md): distillation alone at a 10x rate, and SFT for 40 steps before GRPO.",
     ]
     return section("Beyond reward alone: on-policy distillation and SFT-then-GRPO from a weak student (calculator)",
                        "bench/distill.py", argv, machine, markdown_table(header, rows), bullets)
