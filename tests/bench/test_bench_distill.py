@@ -48,8 +48,8 @@ def test_goals_count_a_grpo_run_that_never_reached_the_target_as_a_bound():
     assert "distill+grpo to greedy 0.90: step -" in lines[1] and "missed" in lines[1]
     assert lines[2].startswith("- Seed 0, sft+grpo to GRPO alone's final greedy 0.000 (step 12): step 6 (goal <= 6")
     assert distill.goal_summary(runs, 0.9) == [
-        "- Goal 1 (distillation to greedy 0.90 in at most a fifth of GRPO alone's steps): missed (0 of 2 runs). "
-        "Goal 2 (SFT-then-GRPO to GRPO alone's final score in at most half its steps): met (1 of 1 seeds)."]
+        ("- Goal 1 (distillation to greedy 0.90 in at most a fifth of GRPO alone's steps): missed (0 of 2 runs). "
+        "Goal 2 (SFT-then-GRPO to GRPO alone's final score in at most half its steps): met (1 of 1 seeds).")]
     assert distill.stuck_note(runs) == []  # its train reward had a nonzero max
     stuck = {**runs[0], "train_reward_max": 0.0}
     assert "no step changed the policy" in distill.stuck_note([stuck, runs[1]])[0]
