@@ -2,6 +2,7 @@
 
     python -m bench                  # all of them (what `make bench` runs), about 15-25 min on 2 cores,
                                      # plus 45-60 min for time_to_reward (8 training runs)
+                                     # and 30-50 min for distill (a teacher and 8 capped runs)
     python -m bench --quick          # the same with fewer steps, a few minutes
     python -m bench engines grpo_step  # a subset; the other sections stay as their last run left them
 
@@ -43,10 +44,12 @@ ORDER = (
     "learning_options",
     "guess",
     "time_to_reward",
+    "distill",
 )
 """run order: short, self-contained measurements first; the long learning runs last"""
-TIMEOUTS = {"time_to_reward": 4800.0}
-"""benchmarks that need more than `--timeout` (time_to_reward: 8 training runs of up to 6 min each)"""
+TIMEOUTS = {"time_to_reward": 4800.0, "distill": 3600.0}
+"""benchmarks that need more than `--timeout` (time_to_reward: 8 training runs of up to 6 min each;
+distill: a teacher and 8 capped training runs)"""
 
 HEADER = """# Benchmarks
 
