@@ -108,7 +108,7 @@ def check_names(cfg: RunConfig, objects: RunObjects | None = None, resume: bool 
     for key, spec in _import_specs(cfg):
         if key != "reward.function":
             try:
-                load_object(spec, key, "code")
+                load_object(spec, key, "object")
             except LoadError as error:
                 problems.append(str(error))
     problems += distill_problems(cfg)

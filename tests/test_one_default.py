@@ -14,6 +14,10 @@ SECTIONS = [DEFAULTS, *(getattr(DEFAULTS, f.name) for f in dataclasses.fields(DE
 CONFIG_FIELDS = {f.name for section in SECTIONS for f in dataclasses.fields(section)}
 ALLOWED = {
     ("train/update.py", "UpdateSettings", "lr_schedule"): "an LRSchedule object, not grpo.lr_schedule's name",
+    ("rollout/settings.py", "RolloutSettings", "enable_thinking"): (
+        "a record made without a config plays without thinking, as rf.Agent does; a config's unset mode "
+        "(None) is resolved by from_config to the mode the model was trained in"
+    ),
 }
 
 

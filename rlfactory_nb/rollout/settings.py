@@ -29,9 +29,9 @@ from rlfactory_nb.tools.config import ToolSetSettings
 class RolloutSettings:
     """How a player plays its episodes (module docstring)."""
 
-    chat_format: str | ChatFormat = "auto"
+    chat_format: str | ChatFormat = DEFAULTS.rollout.chat_format
     """the model family, by name or object; "auto": read off the tokenizer"""
-    parser: str | Any | None = None
+    parser: str | Any | None = DEFAULTS.rollout.parser
     """a tool-call parser by name or object in place of the family's; None: the family's"""
     enable_thinking: bool | None = False
     """the template's reasoning mode; None: the template's default"""
@@ -40,7 +40,7 @@ class RolloutSettings:
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     """how tokens are drawn (its max_new_tokens is the limits')"""
-    env: Any = None
+    env: Any = DEFAULTS.rollout.env
     """one environment per episode: a class, factory or "module:Class"; None: the run's ToolSet"""
     env_seed: EnvSeed = DEFAULTS.rollout.env_seed
     """what an episode's reset seed is shared by: its group, or nothing (seeds.py)"""

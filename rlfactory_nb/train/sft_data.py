@@ -31,7 +31,7 @@ from rlfactory_nb.data.rows import load_rows, read_records
 from rlfactory_nb.errors import DatasetError
 from rlfactory_nb.rollout.conversation import conversation_trajectory
 from rlfactory_nb.train.batch import TrainBatch, build_batch
-from rlfactory_nb.train.run_folder import RunFolder
+from rlfactory_nb.train.run_folder import TRAJECTORIES, RunFolder
 from rlfactory_nb.types import Trajectory, load_jsonl
 
 
@@ -134,7 +134,7 @@ def _from_path(
     path: Path, tokenizer: Any, chat_format: str | ChatFormat, thinking: bool
 ) -> Iterable[tuple[Trajectory, float | None]]:
     folder = RunFolder(path)
-    if path.is_dir() and (path / "trajectories").is_dir():
+    if path.is_dir() and (path / TRAJECTORIES).is_dir():
         steps = folder.trajectory_steps()
         if not steps:
             raise DatasetError(
