@@ -26,21 +26,20 @@ score it as any other sample (its final answer is empty). The step and the run g
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from dataclasses import fields, replace
 from typing import Any
 
 from rlfactory_nb.chat import ChatFormat, resolve_chat_format
 from rlfactory_nb.code_names import load_object
 from rlfactory_nb.engines.base import Engine
-from rlfactory_nb.envs.base import Environment, ToolSetEnvironment
+from rlfactory_nb.envs.base import ToolSetEnvironment
 from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ArgumentTypeError, ConfigError
 from rlfactory_nb.programs.endpoint import Endpoint
 from rlfactory_nb.programs.handle import ProgramSettings
 from rlfactory_nb.programs.play import ProgramFunction, ProgramSession
 from rlfactory_nb.programs.sessions import Serving
-from rlfactory_nb.rollout.episodes import Episodes
+from rlfactory_nb.rollout.episodes import Episodes, PlaysEpisodes
 from rlfactory_nb.rollout.session import Prompt
 from rlfactory_nb.rollout.settings import RolloutSettings
 from rlfactory_nb.rollout.tokens import DriftMode, prompt_opens, thinks_by_default
@@ -48,7 +47,7 @@ from rlfactory_nb.seeds import SampleId
 from rlfactory_nb.types import Trajectory
 
 
-class AgentProgram:
+class AgentProgram(PlaysEpisodes):
     """An agent written against an OpenAI-compatible client, trained as it is (module docstring)."""
 
     def __init__(
@@ -155,18 +154,6 @@ class AgentProgram:
         reset. `keep_open`: leave the environment open after the episode (reward functions read it as
         `sample.env`) until `close_episodes`."""
         return await ProgramSession(self, prompt, metadata, sample_id, stepped=False, keep_open=keep_open).run()
-
-    def env_of(self, traj: Trajectory) -> Environment | None:
-        """The still-open environment of an episode played with `keep_open` (else None)."""
-        return self.episodes.env_of(traj)
-
-    async def close_episodes(self, trajectories: Iterable[Trajectory] | None = None) -> None:
-        """Close the environments kept open for `trajectories` (None: all of them)."""
-        await self.episodes.close(trajectories)
-
-    def episode_metrics(self, reset: bool = False) -> dict[str, float]:
-        """`env/...` counters since the last reset (a training step reads and resets them)."""
-        return self.episodes.metrics(reset)
 
     # ------------------------------------------------------------------ serving
 

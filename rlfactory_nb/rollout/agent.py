@@ -30,18 +30,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from rlfactory_nb.chat import ChatFormat, format_error_for_model, get_parser, resolve_chat_format
 from rlfactory_nb.config import DEFAULTS
 from rlfactory_nb.engines.base import Engine, SamplingParams
-from rlfactory_nb.envs.base import Environment, ToolSetEnvironment
+from rlfactory_nb.envs.base import ToolSetEnvironment
 from rlfactory_nb.envs.factory import env_factory
 from rlfactory_nb.errors import ConfigError, DriftError
 from rlfactory_nb.rollout.episode import Episode
-from rlfactory_nb.rollout.episodes import EpisodeLimits, Episodes
+from rlfactory_nb.rollout.episodes import EpisodeLimits, Episodes, PlaysEpisodes
 from rlfactory_nb.rollout.session import AgentSession, Progress, Prompt
 from rlfactory_nb.rollout.settings import RolloutSettings
 from rlfactory_nb.rollout.tokens import DriftMode, drift_check, prompt_opens, thinks_by_default
@@ -54,7 +54,7 @@ __all__ = ["Agent", "AgentSession"]
 log = logging.getLogger(__name__)
 
 
-class Agent:
+class Agent(PlaysEpisodes):
     """Runs trajectories of `policy` (or of an engine: with its tokenizer, or one given) with `tools`,
     or with one `env` instance per trajectory (`env=Shop`, a factory, or "module:Class").
 
@@ -184,18 +184,6 @@ class Agent:
         its requests and its environment's reset. `keep_open`: leave the environment open after the
         episode (reward functions read it as `sample.env`) until `close_episodes`."""
         return await self.start(prompt, metadata, sample_id, keep_open=keep_open).run()
-
-    def env_of(self, traj: Trajectory) -> Environment | None:
-        """The still-open environment of a trajectory rolled out with `keep_open` (else None)."""
-        return self.episodes.env_of(traj)
-
-    async def close_episodes(self, trajectories: Iterable[Trajectory] | None = None) -> None:
-        """Close the environments kept open for `trajectories` (None: all of them)."""
-        await self.episodes.close(trajectories)
-
-    def episode_metrics(self, reset: bool = False) -> dict[str, float]:
-        """`env/...` counters since the last reset (a training step reads and resets them)."""
-        return self.episodes.metrics(reset)
 
     async def generate(
         self, traj: Trajectory, progress: Progress, budget: int, seed: int | None, tools: Sequence[ToolSpec] = ()

@@ -95,3 +95,22 @@ class Episodes:
         if reset:
             self.stats.reset()
         return metrics
+
+
+class PlaysEpisodes:
+    """What rf.Agent and rf.AgentProgram share as players: the `EpisodePlayer` methods answered by
+    their `episodes` (an `Episodes`)."""
+
+    episodes: Episodes
+
+    def env_of(self, traj: Trajectory) -> Environment | None:
+        """The still-open environment of an episode played with `keep_open` (else None)."""
+        return self.episodes.env_of(traj)
+
+    async def close_episodes(self, trajectories: Iterable[Trajectory] | None = None) -> None:
+        """Close the environments kept open for `trajectories` (None: all of them)."""
+        await self.episodes.close(trajectories)
+
+    def episode_metrics(self, reset: bool = False) -> dict[str, float]:
+        """`env/...` counters since the last reset (a training step reads and resets them)."""
+        return self.episodes.metrics(reset)
