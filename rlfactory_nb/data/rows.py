@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rlfactory_nb.errors import DatasetError
+from rlfactory_nb.local_files import file_kind
 
 Row = dict[str, Any]
 
@@ -131,6 +132,8 @@ def _iter_records(path: Path) -> Iterator[tuple[str, Any]]:
         )
     if path.is_dir():
         return _read_saved_dataset(path)
+    if not path.is_file():  # a FIFO would block the read forever; a socket or device is no dataset either
+        raise DatasetError(f"dataset {str(path)!r} is {file_kind(path.stat().st_mode)}, not a file or a folder")
     if path.suffix == ".parquet":
         return _read_parquet(path)
     if path.suffix == ".csv":
