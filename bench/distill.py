@@ -291,6 +291,7 @@ def markdown(runs: list[dict[str, Any]], teacher: dict[str, Any], samples: dict[
         (f"- Whole bench: {seconds:.0f} s, on a machine shared with other work (the load average above); the wall "
         "seconds are for comparing arms within this run only."),
         "- Earlier, with tiny-guess as the student (bench/manual/distill_lr.md): distillation alone at a 10x rate; SFT for 40 steps, then GRPO or distillation (greedy 0.281 -> 0.500 in 12 distillation steps).",
+        "- How the student and the rates were chosen, and why every arm stops near 0.34 (bench/manual/distill_student.md).",
     ]
     return section("Beyond reward alone: on-policy distillation and SFT-then-GRPO from a weak student (calculator)",
                        "bench/distill.py", argv, machine, markdown_table(header, rows), bullets)
