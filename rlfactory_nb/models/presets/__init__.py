@@ -7,7 +7,9 @@ about 300 s on 2 cores, so the package ships its result (`presets/built/`, see `
 `preset_path` returns that folder at once while its recipe hash equals the code's. After a recipe
 change the preset is built on first use and cached under `$RLFACTORY_NB_CACHE` (default
 `~/.cache/rlfactory_nb`) in a folder named after the recipe hash, until
-`rlfactory-nb preset build tiny-calculator --ship` rebuilds the shipped copy.
+`rlfactory-nb preset build tiny-calculator --ship` rebuilds the shipped copy. tiny-guess and
+tiny-calculator-weak (the same build stopped early, a weak student for distillation) are shipped the
+same way.
 """
 
 from __future__ import annotations
