@@ -17,7 +17,7 @@ from typing import Any
 from rlfactory_nb.local_files import read_regular, write_atomic
 
 MODE_FILE = "reasoning_mode.json"
-THINKING = {"tiny-calculator": False, "tiny-guess": False}
+THINKING = {"tiny-calculator": False, "tiny-guess": False, "tiny-calculator-weak": False}
 """each embedded preset's reasoning mode: the one its warm start trained (models/presets/)"""
 
 

@@ -31,7 +31,7 @@ def test_the_arms_differ_from_grpo_alone_by_the_distill_section_only(tmp_path):
     for cfg in (alone, added):  # an all-zero student's groups must reach the teacher
         assert not cfg.grpo.filter_zero_variance
         assert cfg.replace({"grpo.filter_zero_variance": True}).grpo == grpo.grpo
-    assert grpo.model.name == "tiny-guess" and grpo.data.eval_size == 8 and grpo.grpo.steps == 2
+    assert grpo.model.name == "tiny-calculator-weak" and grpo.data.eval_size == 8 and grpo.grpo.steps == 2
 
 
 def _run(arm: str, seed: int, greedy: list[float], start: int = 0) -> dict:

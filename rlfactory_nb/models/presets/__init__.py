@@ -7,7 +7,9 @@ about 300 s on 2 cores, so the package ships its result (`presets/built/`, see `
 `preset_path` returns that folder at once while its recipe hash equals the code's. After a recipe
 change the preset is built on first use and cached under `$RLFACTORY_NB_CACHE` (default
 `~/.cache/rlfactory_nb`) in a folder named after the recipe hash, until
-`rlfactory-nb preset build tiny-calculator --ship` rebuilds the shipped copy.
+`rlfactory-nb preset build tiny-calculator --ship` rebuilds the shipped copy. tiny-guess and
+tiny-calculator-weak (the same build stopped early, a weak student for distillation) are shipped the
+same way.
 """
 
 from __future__ import annotations
@@ -31,8 +33,14 @@ from rlfactory_nb.models.presets.tokenizer import VOCAB_SIZE, build_tokenizer, c
 from rlfactory_nb.models.presets.warmstart import WarmStartConfig, save_build, warm_start
 from rlfactory_nb.node_cache import package_cache
 
-PRESETS = ("tiny-calculator", "tiny-guess")
-"""tiny-guess is tiny-calculator warm-started on the guessing game (recipes/guess/preset.py)"""
+PRESETS = ("tiny-calculator", "tiny-guess", "tiny-calculator-weak")
+"""tiny-guess is tiny-calculator warm-started on the guessing game (recipes/guess/preset.py);
+tiny-calculator-weak is tiny-calculator's own warm-start stopped early (`WEAK_STEPS`)"""
+WEAK = "tiny-calculator-weak"
+WEAK_STEPS = 550
+"""the weak preset: tiny-calculator's build stopped at this step, before its copy gate passed (at
+step 900). bench/distill.py's student: it calls the tool and copies some digits, so GRPO gets a
+reward, but far from the teacher's (see the docstring of bench/distill.py for its measured figures)"""
 RECIPE_PRESETS = {"tiny-guess": "rlfactory_nb.recipes.guess.preset"}
 """presets warm-started on a recipe's task, each built by a module of its recipe (its `recipe()` and
 `build(path, start, log)`); imported by name, as `_views` reaches the widgets, since models/ sits
@@ -84,8 +92,11 @@ def preset_hash(name: str) -> str:
     starts from and its own game and warm-start."""
     if name in RECIPE_PRESETS:
         recipe = {"from": recipe_hash(), "guess": _recipe_preset(name).recipe()}  # "guess": the key the shipped hash used
-        return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return recipe_hash()
+    elif name == WEAK:
+        recipe = {"from": recipe_hash(), "stop_at": WEAK_STEPS}
+    else:
+        return recipe_hash()
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def preset_path(name: str, log: Callable[[str], None] = print) -> Path:
@@ -118,6 +129,8 @@ def cached_preset(name: str, log: Callable[[str], None] = print) -> Path:
         return path
     if name in RECIPE_PRESETS:
         return _recipe_preset(name).build(path, preset_path("tiny-calculator", log=log), log=log)
+    if name == WEAK:
+        return build_tiny_calculator(path, log=log, stop_at=WEAK_STEPS)
     return build_tiny_calculator(path, log=log)
 
 
@@ -141,19 +154,21 @@ def run_preset_command(args: argparse.Namespace) -> int:
 
 
 def build_tiny_calculator(
-    path: Path, warm: WarmStartConfig = DEFAULT_WARM_START, log: Callable[[str], None] = print
+    path: Path, warm: WarmStartConfig = DEFAULT_WARM_START, log: Callable[[str], None] = print,
+    stop_at: int | None = None,
 ) -> Path:
     """Build, warm-start and save the preset; written to a temp folder first so a crash leaves no
-    half-built cache entry."""
-    log(f"building tiny-calculator (once per recipe, about 4-5 min on 2 cores) into {path}")
+    half-built cache entry. `stop_at`: the weak preset, the same build stopped at that step."""
+    name = "tiny-calculator" if stop_at is None else WEAK
+    log(f"building {name} (once per recipe, about 2-5 min on 2 cores) into {path}")
     tokenizer = build_tokenizer()
     assert tokenizer.eos_token_id == tiny_config().eos_token_id
     torch.manual_seed(warm.seed)
     model = Qwen3ForCausalLM(tiny_config())
-    metrics = warm_start(model, tokenizer, warm, log=log)
+    metrics = warm_start(model, tokenizer, warm, log=log, stop_at=stop_at)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     save_build(path, model, tokenizer, metrics)
-    log(f"tiny-calculator ready: {metrics}")
+    log(f"{name} ready: {metrics}")
     return path
 

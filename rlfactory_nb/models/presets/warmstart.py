@@ -188,9 +188,15 @@ def greedy(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens:
 
 
 def warm_start(
-    model: Any, tokenizer: Any, cfg: WarmStartConfig = WarmStartConfig(), log: Callable[[str], None] = print
+    model: Any, tokenizer: Any, cfg: WarmStartConfig = WarmStartConfig(), log: Callable[[str], None] = print,
+    stop_at: int | None = None,
 ) -> dict[str, float]:
-    """Train `model` in place until the copy gate passes or the budget ends; returns final metrics."""
+    """Train `model` in place until the copy gate passes or the budget ends; returns final metrics.
+
+    `stop_at`: end after that many steps instead, on the same schedule (the learning rate still
+    decays over `cfg.max_steps`), so the result is the full build's state at that step: how the
+    weak preset is made without changing `cfg`, whose fields are in tiny-calculator's recipe hash."""
+    last = cfg.max_steps if stop_at is None else min(stop_at, cfg.max_steps)
     torch.manual_seed(cfg.seed)
     heldout = calculator.questions(cfg.heldout, seed=cfg.seed + 200)
     excluded = {q.expression for q in heldout} | {
@@ -199,7 +205,7 @@ def warm_start(
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
     rng = random.Random(cfg.seed)
     start, step, metrics = time.monotonic(), 0, {"expression_copy": 0.0, "result_copy": 0.0}
-    while step < cfg.max_steps:
+    while step < last:
         model.train()
         for group in optimizer.param_groups:
             group["lr"] = _schedule(step, cfg)
