@@ -1,0 +1,61 @@
+"""Supervised fine-tuning as a cluster job (`launch(cfg, kind="sft")`) on the real local Ray: the
+conversations file named by `sft.data` travels with the job (a staged file: it lies outside the
+project folder), the driver trains the tiny preset on it, and the job reads back like a GRPO job's
+(status, metrics with `sft/loss` per step, a checkpoint whose weights moved).
+
+Slow: the session's cluster (conftest.py), a few steps of the calculator preset.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlfactory_nb.cluster import TrainingJob, launch
+from rlfactory_nb.config import RunConfig
+from rlfactory_nb.models.policy import Policy
+from tests.train.test_sft import ROWS, rows
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 3
+
+
+def sft_job_config(tmp_path: Path, name: str, data: Path | None = None) -> RunConfig:
+    """Every step trains on all the rows (as tests/train/test_sft.py's), so the loss of the same rows falls."""
+    return RunConfig.from_yaml(
+        ROOT / "examples/calculator/config.yaml",
+        overrides={
+            "name": name, "output_dir": str(tmp_path / "runs"), "tools.config": str(ROOT / "examples/calculator/tools.yaml"),
+            "grpo.micro_batch_size": 2, "sft.steps": STEPS, "sft.batch_size": ROWS, "sft.lr": 3e-3,
+            **({"sft.data": str(data)} if data is not None else {}),
+        },
+    )  # fmt: skip
+
+
+def weights_moved(checkpoint: Path | str) -> bool:
+    base = Policy.load("tiny-calculator").model.state_dict()
+    trained = Policy.load(checkpoint).model.state_dict()
+    assert trained.keys() == base.keys()
+    return any(not torch.equal(trained[key].float(), base[key].float()) for key in base)
+
+
+def test_an_sft_job_trains_on_a_shipped_conversations_file(cluster, tmp_path):
+    data = tmp_path / "data" / "conversations.jsonl"
+    data.parent.mkdir()
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows()))
+    job = launch(sft_job_config(tmp_path, "sft-job", data), cluster, kind="sft", linger_s=30)
+    assert "1 staged file" in job.shipped
+    assert job.wait(timeout_s=400) == "finished", job.logs()
+    info = job.info()
+    assert (info["kind"], info["step"], info["steps"]) == ("sft", STEPS, STEPS)
+    metrics = job.metrics()
+    assert [row["step"] for row in metrics] == list(range(1, STEPS + 1))
+    losses = [row["sft/loss"] for row in metrics]
+    assert losses[-1] < losses[0], losses
+    assert all(row["sft/tokens"] > 0 and row["sft/rows"] == ROWS for row in metrics)
+    assert [Path(path).name for path in job.checkpoints] == [f"step_{STEPS:06d}"]
+    assert weights_moved(job.checkpoints[-1])
+    again = TrainingJob.attach("sft-job", output_dir=tmp_path / "runs")  # the run folder alone, as for GRPO
+    assert again.status == "finished" and again.metrics() == metrics
