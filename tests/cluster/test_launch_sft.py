@@ -6,7 +6,9 @@ project folder), the driver trains the tiny preset on it, and the job reads back
 Slow: the session's cluster (conftest.py), a few steps of the calculator preset.
 """
 
+import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import torch
 from rlfactory_nb.cluster import TrainingJob, launch
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.models.policy import Policy
+from rlfactory_nb.rollout.conversation import conversation_trajectory
 from tests.train.test_sft import ROWS, rows
 
 pytestmark = pytest.mark.slow
@@ -45,7 +48,7 @@ def test_an_sft_job_trains_on_a_shipped_conversations_file(cluster, tmp_path):
     data = tmp_path / "data" / "conversations.jsonl"
     data.parent.mkdir()
     data.write_text("".join(json.dumps(row) + "\n" for row in rows()))
-    job = launch(sft_job_config(tmp_path, "sft-job", data), cluster, kind="sft", linger_s=30)
+    job = launch(sft_job_config(tmp_path, "sft-job", data), cluster, kind="sft", linger_s=5)
     assert "1 staged file" in job.shipped
     assert job.wait(timeout_s=400) == "finished", job.logs()
     info = job.info()
@@ -59,3 +62,30 @@ def test_an_sft_job_trains_on_a_shipped_conversations_file(cluster, tmp_path):
     assert weights_moved(job.checkpoints[-1])
     again = TrainingJob.attach("sft-job", output_dir=tmp_path / "runs")  # the run folder alone, as for GRPO
     assert again.status == "finished" and again.metrics() == metrics
+
+
+async def test_an_sft_job_on_trajectories_from_the_kernel_stops_with_a_checkpoint(
+    cluster, tmp_path, tiny_policy
+):
+    """rf.Trajectory objects travel with the job (as its train_data, kept in code/); `job.stop()`
+    ends it after the step in flight, checkpointed, as a GRPO job's. `job.engine()` serves the
+    weights being trained while it runs."""
+    trajectories = [
+        conversation_trajectory(tiny_policy.tokenizer, row["messages"], row["tools"]) for row in rows()
+    ]
+    cfg = sft_job_config(tmp_path, "sft-stop").replace({"sft.steps": 500})
+    job = launch(
+        cfg, cluster, kind="sft", train_data=trajectories, num_cpus=1, linger_s=30
+    )  # 1 CPU for the engine
+    deadline = time.monotonic() + 300
+    while job.info().get("step", 0) < 1 and not job.done:
+        assert time.monotonic() < deadline, job.logs()
+        await asyncio.sleep(1)
+    engine = job.engine()  # the weights of a step between two updates
+    assert engine.version >= 1 and job.status == "running"
+    await engine.close()
+    assert job.stop(timeout_s=120) == "stopped", job.logs()
+    step = job.info()["step"]
+    assert 1 <= step < 500 and [row["step"] for row in job.metrics()] == list(range(1, step + 1))
+    assert Path(job.checkpoints[-1]).name == f"step_{step:06d}"
+    assert (Path(job.run_dir) / "code" / "train_data.jsonl").read_text().count("prompt_ids") == ROWS
