@@ -18,6 +18,8 @@ from rlfactory_nb.cluster import TrainingJob, launch
 from rlfactory_nb.config import RunConfig
 from rlfactory_nb.models.policy import Policy
 from rlfactory_nb.rollout.conversation import conversation_trajectory
+from rlfactory_nb.train.run_folder import read_metrics
+from rlfactory_nb.train.sft import sft_sync
 from tests.train.test_sft import ROWS, rows
 
 pytestmark = pytest.mark.slow
@@ -52,11 +54,16 @@ def test_an_sft_job_trains_on_a_shipped_conversations_file(cluster, tmp_path):
     assert "1 staged file" in job.shipped
     assert job.wait(timeout_s=400) == "finished", job.logs()
     info = job.info()
-    assert (info["kind"], info["step"], info["steps"]) == ("sft", STEPS, STEPS)
+    assert (job.kind, info["step"], info["steps"]) == ("sft", STEPS, STEPS)
+    assert f"finished, SFT step {STEPS}/{STEPS}" in repr(job)
     metrics = job.metrics()
     assert [row["step"] for row in metrics] == list(range(1, STEPS + 1))
     losses = [row["sft/loss"] for row in metrics]
-    assert losses[-1] < losses[0], losses
+    assert losses[-1] < losses[0], losses  # measured: 6.317, 5.074, 3.986
+    kernel = sft_sync(
+        sft_job_config(tmp_path / "kernel", "sft-kernel"), data=rows()
+    )  # the same run, in this process
+    assert losses == pytest.approx([row["sft/loss"] for row in read_metrics(kernel.run_dir)], rel=1e-3)
     assert all(row["sft/tokens"] > 0 and row["sft/rows"] == ROWS for row in metrics)
     assert [Path(path).name for path in job.checkpoints] == [f"step_{STEPS:06d}"]
     assert weights_moved(job.checkpoints[-1])
