@@ -71,12 +71,12 @@ def test_an_sft_job_trains_on_a_shipped_conversations_file(cluster, tmp_path):
     assert again.status == "finished" and again.metrics() == metrics
 
 
-async def test_an_sft_job_on_trajectories_from_the_kernel_stops_with_a_checkpoint(
+async def test_an_sft_job_on_trajectories_from_the_kernel_stops_with_a_checkpoint_and_resumes(
     cluster, tmp_path, tiny_policy
 ):
     """rf.Trajectory objects travel with the job (as its train_data, kept in code/); `job.stop()`
-    ends it after the step in flight, checkpointed, as a GRPO job's. `job.engine()` serves the
-    weights being trained while it runs."""
+    ends it after the step in flight, checkpointed, and `resume=True` goes on from there, as for a
+    GRPO job. `job.engine()` serves the weights being trained while it runs."""
     trajectories = [
         conversation_trajectory(tiny_policy.tokenizer, row["messages"], row["tools"]) for row in rows()
     ]
@@ -96,3 +96,11 @@ async def test_an_sft_job_on_trajectories_from_the_kernel_stops_with_a_checkpoin
     assert 1 <= step < 500 and [row["step"] for row in job.metrics()] == list(range(1, step + 1))
     assert Path(job.checkpoints[-1]).name == f"step_{step:06d}"
     assert (Path(job.run_dir) / "code" / "train_data.jsonl").read_text().count("prompt_ids") == ROWS
+
+    # resumed without the objects: the run folder kept them; the steps go on from the checkpoint
+    resumed = launch(cfg.replace({"sft.steps": step + 2}), cluster, kind="sft", resume=True, linger_s=5)
+    assert resumed.wait(timeout_s=300) == "finished", resumed.logs()
+    metrics = resumed.metrics()
+    assert [row["step"] for row in metrics] == list(range(1, step + 3))
+    assert metrics[-1]["sft/loss"] < metrics[step - 1]["sft/loss"]
+    assert Path(resumed.checkpoints[-1]).name == f"step_{step + 2:06d}"
