@@ -177,7 +177,7 @@ class SFTTrainer:
             await self.backend.checkpoint_model(),
             self.policy.tokenizer,
             await self.backend.optimizer_state(),
-            self.cfg,
+            self.recorded_config(),
             keep_last=self.cfg.grpo.keep_last,
         )
         self.last_checkpoint = saved.path
@@ -193,6 +193,10 @@ class SFTTrainer:
         log.info("%s: fine-tuning on %d of %d trajectories", cfg.name, len(kept.trajectories), kept.seen)
         row = await self.train_on(kept.trajectories, cfg.sft.steps, kept.metrics(), on_step, stop_event)
         return self.result(row or {"step": self.step})
+
+    def recorded_config(self) -> RunConfig:
+        """The config a checkpoint keeps (run_config.yaml): what trained."""
+        return self.cfg
 
     def result(self, row: dict[str, Any], rounds: list[dict[str, float]] | None = None) -> SFTResult:
         return SFTResult(self.run_dir, self.step, row, self.last_checkpoint, rounds or [])

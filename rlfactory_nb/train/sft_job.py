@@ -25,8 +25,26 @@ class SFTJobTrainer(SFTTrainer):
 
     def __init__(self, cfg: RunConfig, objects: RunObjects | None, run_dir: str | Path):
         super().__init__(cfg, run_dir=run_dir)
-        kernel = objects.train_data if objects is not None else None
+        self.objects = objects or RunObjects()
+        kernel = self.objects.train_data
         self.source = kernel if kernel is not None else cfg.sft.data
+
+    async def start(self, resume: bool = False) -> SFTJobTrainer:
+        """As `SFTTrainer.start`, after keeping the kernel's rows in the run folder (code/), as GRPO's
+        Trainer does: the launcher writes them only into a local run folder, and a run on storage
+        uploads this one."""
+        if not self.objects.empty:
+            self.objects.save(self.run_dir, config=self.cfg)
+        await super().start(resume)
+        return self
+
+    def recorded_config(self) -> RunConfig:
+        """Rows from the kernel are named by the run folder's copy, as `sft.data` (`RunObjects.recorded`
+        names them as GRPO's `data.train`)."""
+        recorded = self.objects.recorded(self.cfg)
+        if self.objects.train_data is None:
+            return recorded
+        return recorded.replace({"sft.data": recorded.data.train, "data.train": self.cfg.data.train})
 
     async def run(
         self, on_step: StepCallback | None = None, stop_event: asyncio.Event | None = None
