@@ -14,6 +14,12 @@ from typing import Annotated, Literal
 
 from rlfactory_nb.config_schema import NonEmptyStr, NonNegativeInt, PositiveFloat, PositiveInt, Range
 
+NO_SFT_DATA = (
+    "sft.data: nothing to fine-tune on: set sft.data (a run folder, a JSONL file of trajectories or "
+    "conversations) or pass train_data=... to launch"
+)
+"""what a cluster SFT job without data says, in the kernel (cluster/job_kinds.py) or its driver"""
+
 
 @dataclass(frozen=True)
 class SFTConfig:

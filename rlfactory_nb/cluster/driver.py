@@ -1,4 +1,5 @@
-"""The training driver: a detached, named Ray actor that runs one `Trainer` for a TrainingJob.
+"""The training driver: a detached, named Ray actor that runs one trainer for a TrainingJob: GRPO's
+`Trainer`, or another with its interface, chosen by the job's kind (cluster/job_kinds.py).
 
 Detached so the run survives the kernel that launched it (a kernel restart, a closed laptop lid on
 a remote cluster); named (`rlfactory-nb:<run name>`) so `TrainingJob.attach` finds it again. It is
@@ -25,6 +26,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlfactory_nb.cluster.job_kinds import job_kind
 from rlfactory_nb.cluster.shipping import unstage
 from rlfactory_nb.cluster.tool_cache import SharedToolCache
 from rlfactory_nb.config import RunConfig
@@ -53,12 +55,15 @@ class TrainingDriver:
         objects: bytes | None = None,
         staged: dict[str, str] | None = None,
         expected_model: dict[str, str] | None = None,
+        kind: str = "grpo",
     ):
         """Ray starts the driver in the shipped project folder (cluster/shipping.py), so the config's
         relative paths mean the launcher's files; `staged` maps the keys of files shipped from
         outside it. `objects`: the kernel's reward, tools and rows, pickled (data/objects.py).
-        `expected_model`: the kernel's digest of `model.name` (models/files.py), checked before step 1."""
+        `expected_model`: the kernel's digest of `model.name` (models/files.py), checked before step 1.
+        `kind`: what it trains (cluster/job_kinds.py)."""
         self.cfg = unstage(RunConfig.from_dict(config), staged or {})
+        self.kind = job_kind(kind)
         self.expected_model = ModelDigest.from_dict(expected_model) if expected_model else None
         self.folder = RunFolder(self.cfg.run_dir)
         """the run's record, where the kernel reads it: job.json is written there directly"""
@@ -109,10 +114,8 @@ class TrainingDriver:
     async def _run(self) -> None:
         import torch
 
-        from rlfactory_nb.train.loop import Trainer  # torch and the trainer load in the actor only
-
         torch.set_num_threads(max(1, self.num_threads))
-        steps = self.cfg.grpo.steps
+        steps = self.kind.steps(self.cfg)
         self.folder.write_status(
             state="starting",
             step=0,
@@ -126,9 +129,7 @@ class TrainingDriver:
         )
         objects = RunObjects.loads(self.objects) if self.objects is not None else None
         self._tool_cache = SharedToolCache(self.cfg.name)
-        trainer = self._trainer = Trainer(
-            self.cfg, objects=objects, run_dir=self.local.path, shared_tool_cache=self._tool_cache
-        )
+        trainer = self._trainer = self.kind.trainer(self.cfg, objects, self.local.path, self._tool_cache)
         try:
             state, error = await self._train(trainer), None
         except Exception:  # noqa: BLE001  (recorded for the kernel, which re-raises it in job.wait)
@@ -169,7 +170,7 @@ class TrainingDriver:
         )
         self._upload_soon()  # the run's objects (code/) and config on storage before step 1 ends
         result = await trainer.run(on_step=self._on_step, stop_event=self._stop)
-        if self._stop.is_set() and result.step < self.cfg.grpo.steps:
+        if self._stop.is_set() and result.step < self.kind.steps(self.cfg):
             await self._checkpoint_stopped(trainer)
             return "stopped"
         return "finished"

@@ -126,9 +126,14 @@ class TrainingJob:
         return self.folder.path
 
     def info(self) -> dict[str, Any]:
-        """The driver's state record: state, step, steps, reward, error."""
+        """The driver's state record: state, kind, step, steps, reward, error."""
         live = self._ask("status")
         return live if live is not None else self.folder.status()
+
+    @property
+    def kind(self) -> str:
+        """What the job trains: "grpo", or "sft" (`launch(..., kind="sft")`); a run from before kinds: grpo."""
+        return str(self.info().get("kind", "grpo"))
 
     @property
     def status(self) -> str:
@@ -336,6 +341,7 @@ class TrainingJob:
 
     def __repr__(self) -> str:
         info = self.info()
-        step = f"step {info.get('step', 0)}/{info.get('steps', '?')}"
+        kind = "SFT " if info.get("kind") == "sft" else ""
+        step = f"{kind}step {info.get('step', 0)}/{info.get('steps', '?')}"
         shipped = f", {self.shipped}" if self.shipped else ""
         return f"TrainingJob({self.name!r}, {info.get('state')}, {step}, {self.run_dir}{shipped})"

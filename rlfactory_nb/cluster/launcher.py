@@ -1,4 +1,5 @@
 """`launch(cfg, cluster)`: start a training run on the cluster and return its TrainingJob at once.
+`launch(cfg, cluster, kind="sft")` starts supervised fine-tuning the same way (cluster/job_kinds.py).
 
 `launch` checks what the config names (reward function, tools file, datasets: cluster/preflight.py)
 and the objects from the kernel (`reward=`, `tools=`, `train_data=`, `eval_data=`: data/objects.py),
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rlfactory_nb.cluster.driver import TrainingDriver
+from rlfactory_nb.cluster.job_kinds import job_kind
 from rlfactory_nb.cluster.jobs import ACTOR_TIMEOUT_S, TrainingJob
-from rlfactory_nb.cluster.preflight import absolute_paths, check_named
+from rlfactory_nb.cluster.preflight import absolute_paths
 from rlfactory_nb.cluster.quiet import quiet_ray_logs
 from rlfactory_nb.cluster.ray_cluster import JOB_PREFIX, NAMESPACE, Cluster
 from rlfactory_nb.cluster.shipment import shipment_summary
@@ -45,6 +47,7 @@ def launch(
     working_dir: str | Path | None = None,
     ship_files: bool = True,
     env: Any = None,
+    kind: str = "grpo",
 ) -> TrainingJob:
     """Start training `cfg` on `cluster` (default: `Cluster.connect(cfg.cluster.address)`); returns at once.
 
@@ -60,10 +63,15 @@ def launch(
     ship_files: also ship files the config names outside it (see cluster/shipping.py).
     env: an Environment class or factory, one instance per trajectory, made where the rollouts run
     (it travels by value like the reward; `rollout.env` names one from the config).
+    kind: "grpo", or "sft" for supervised fine-tuning (`rf.sft`'s run, docs/sft.md) on `train_data`
+    (conversation rows or rf.Trajectory objects) or `sft.data`; it takes no other objects.
     """
-    objects = RunObjects.of(reward, tools, train_data, eval_data, env=env, agent=agent)  # agent: an rf.AgentProgram
+    job = job_kind(kind)
+    objects = job.objects(  # agent: an rf.AgentProgram
+        reward=reward, tools=tools, train_data=train_data, eval_data=eval_data, env=env, agent=agent
+    )
     payload = None if objects.empty else objects.dumps()  # what cannot travel fails here, named
-    check_named(cfg, objects, resume)  # before Ray is imported: a typo fails in a second
+    job.check(cfg, objects, resume)  # before Ray is imported: a typo fails in a second
     import ray
 
     cfg = absolute_paths(cfg)
@@ -83,8 +91,9 @@ def launch(
         payload = None if kept.empty else kept.dumps()
     folder.write_status(
         state="pending",
+        kind=kind,
         step=0,
-        steps=cfg.grpo.steps,
+        steps=job.steps(cfg),
         error=None,
         run_dir=str(folder.path),
         model=cfg.model.name,
@@ -111,6 +120,7 @@ def launch(
             payload,
             staged,
             expected.to_dict() if expected is not None else None,
+            kind,
         )
     )
     return TrainingJob(cfg.name, folder.path, actor, cluster, shipped=shipment_summary(env, staged))

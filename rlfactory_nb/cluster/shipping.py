@@ -6,7 +6,9 @@ finds nothing the config names unless it is shipped. `launch` ships:
 - the project folder the kernel works in (`working_dir`, default the working directory) as the
   driver's working directory, without `.git`, virtual environments, caches, the run folder and
   model weights (and what `.gitignore` leaves out: Ray honours it). Paths of the config inside it
-  become relative, so they mean the same file on the driver's node;
+  become relative, so they mean the same file on the driver's node; a path inside `output_dir`
+  (an earlier run that `sft.data` trains on) keeps its absolute path, where the driver writes and
+  reads run folders;
 - files the config names outside that folder (the tools file, a `file.py:function` reward, dataset
   files and `save_to_disk` folders) as one staged package in `py_modules`; the driver maps their
   paths to where Ray unpacked it;
@@ -78,6 +80,8 @@ def runtime_env(cfg: RunConfig, working_dir: str | Path, ship_files: bool = True
         if named.kind != "input" or not named.path.exists():
             continue  # the run folder is excluded above; model weights never ship (module docstring)
         path = named.path.resolve()
+        if output != folder and path.is_relative_to(output):
+            continue  # a run folder (`sft.data: runs/<name>`): not shipped (excluded above), read where runs are
         if path.is_relative_to(folder):
             overrides[named.key] = named.value(path.relative_to(folder))
         elif ship_files:

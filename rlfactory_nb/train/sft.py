@@ -20,6 +20,7 @@ checkpoint (each round ends with one).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -80,13 +81,19 @@ def update_config(cfg: RunConfig, rounds: int = 1) -> RunConfig:
 class SFTTrainer:
     """One SFT run: the policy, the backend that updates it, the run folder. `start` first."""
 
-    def __init__(self, cfg: RunConfig, policy: Policy | None = None, rounds: int = 1):
+    def __init__(
+        self, cfg: RunConfig, policy: Policy | None = None, rounds: int = 1, run_dir: str | Path | None = None
+    ):
+        """`run_dir`: where it writes (default `cfg.run_dir`; a cluster job on storage trains in a
+        folder on its node, cluster/driver.py)."""
         self.cfg = cfg
         self.update_cfg = update_config(cfg, rounds)
         self.policy = policy
-        self.run_dir = Path(cfg.run_dir)
+        self.run_dir = Path(run_dir if run_dir is not None else cfg.run_dir)
         self.step = 0
         self.backend: Any = None
+        self.setup: TrainingSetup | None = None
+        """precision and adapters, as the driver's `snapshot` reads them (set by `start`)"""
         self.metrics: MetricsWriter | None = None
         self.last_checkpoint: Path | None = None
 
@@ -98,7 +105,7 @@ class SFTTrainer:
                 f"{self.run_dir} already holds a run: pass resume=True (CLI: --resume) to continue it, or "
                 "choose another name (name=...) or output_dir"
             )
-        setup = TrainingSetup.from_config(self.update_cfg, resolve_device(cfg.model.device))
+        setup = self.setup = TrainingSetup.from_config(self.update_cfg, resolve_device(cfg.model.device))
         optimizer_state = None
         if resume and checkpoint is not None:
             ckpt.check_kind(checkpoint, lora=cfg.model.lora is not None)
@@ -139,14 +146,16 @@ class SFTTrainer:
         until: int,
         extra: Mapping[str, float] | None = None,
         on_step: StepCallback | None = None,
+        stop_event: asyncio.Event | None = None,
     ) -> dict[str, Any]:
         """Optimizer steps on `trajectories` until step `until`, checkpointed every
         `sft.checkpoint_every` and at `until`; returns the last metrics row. A step's rows are
-        `sft.batch_size` of them, in an order that is a function of (seed, step)."""
+        `sft.batch_size` of them, in an order that is a function of (seed, step). A set `stop_event`
+        ends it after the step in flight (a cluster job's `job.stop()`; the driver checkpoints it)."""
         order = PromptOrder(len(trajectories), self.cfg.sft.batch_size, self.cfg.sft.seed)
         row: dict[str, Any] = {}
         every = self.cfg.sft.checkpoint_every
-        while self.step < until:
+        while self.step < until and not (stop_event is not None and stop_event.is_set()):
             step, started = self.step + 1, time.perf_counter()
             batch = sft_batch(order.rows(trajectories, step), self.pad_id)
             trained = await self.backend.update(batch, step)
@@ -168,11 +177,26 @@ class SFTTrainer:
             await self.backend.checkpoint_model(),
             self.policy.tokenizer,
             await self.backend.optimizer_state(),
-            self.cfg,
+            self.recorded_config(),
             keep_last=self.cfg.grpo.keep_last,
         )
         self.last_checkpoint = saved.path
         return saved.path
+
+    async def fine_tune(
+        self, source: Any, on_step: StepCallback | None = None, stop_event: asyncio.Event | None = None
+    ) -> SFTResult:
+        """`sft.steps` steps on what `source` holds (train/sft_data.py), kept by `sft.min_reward`."""
+        cfg = self.cfg
+        tokenizer, thinking = self.policy.tokenizer, bool(thinking_mode(cfg))
+        kept = sft_trajectories(source, tokenizer, cfg.sft.min_reward, cfg.rollout.chat_format, thinking)
+        log.info("%s: fine-tuning on %d of %d trajectories", cfg.name, len(kept.trajectories), kept.seen)
+        row = await self.train_on(kept.trajectories, cfg.sft.steps, kept.metrics(), on_step, stop_event)
+        return self.result(row or {"step": self.step})
+
+    def recorded_config(self) -> RunConfig:
+        """The config a checkpoint keeps (run_config.yaml): what trained."""
+        return self.cfg
 
     def result(self, row: dict[str, Any], rounds: list[dict[str, float]] | None = None) -> SFTResult:
         return SFTResult(self.run_dir, self.step, row, self.last_checkpoint, rounds or [])
@@ -216,16 +240,7 @@ async def sft(
     trainer = SFTTrainer(cfg, policy)
     try:
         await trainer.start(resume=resume)
-        kept = sft_trajectories(
-            source,
-            trainer.policy.tokenizer,
-            cfg.sft.min_reward,
-            cfg.rollout.chat_format,
-            bool(thinking_mode(cfg)),
-        )
-        log.info("%s: fine-tuning on %d of %d trajectories", cfg.name, len(kept.trajectories), kept.seen)
-        row = await trainer.train_on(kept.trajectories, cfg.sft.steps, kept.metrics(), on_step)
-        return trainer.result(row or {"step": trainer.step})
+        return await trainer.fine_tune(source, on_step)
     finally:
         await trainer.close()
 

@@ -40,7 +40,10 @@ class Panel:
 
 
 PANELS = (
-    Panel("reward", ("reward/mean", "reward/", "eval/sampled_reward/mean", "eval/greedy_reward/mean")),
+    Panel(  # an SFT job (cluster/job_kinds.py) writes no reward: its loss takes the first panel
+        "reward", ("reward/mean", "reward/", "eval/sampled_reward/mean", "eval/greedy_reward/mean", "sft/loss"),
+        title_without=("reward/mean", "SFT loss (NLL of the trained tokens)"),
+    ),
     Panel("KL and entropy", ("train/kl", "train/entropy"), title_without=("train/kl", "entropy (KL off: grpo.kl_coef = 0)")),
     Panel("response length (tokens)", ("rollout/response_tokens_mean",)),
     Panel("tool use (share)", ("rollout/tool_call_rate", "tools/success_rate")),
@@ -49,7 +52,7 @@ PANELS = (
         "step time (s)", ("time/rollout_s", "time/reward_s", "time/update_s", "time/sync_s"), stacked=True,
         lines=("time/wait_rollouts_s",),
     ),
-    Panel("learning rate", ("train/lr",)),
+    Panel("learning rate", ("train/lr", "sft/lr")),
     Panel("staleness (steps)", ("async/staleness_mean", "async/staleness_max"), asynchronous=True),
     Panel("busy (share of time)", ("async/engine_busy_share", "async/trainer_busy_share"), asynchronous=True),
 )

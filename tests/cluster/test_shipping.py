@@ -78,6 +78,19 @@ def test_paths_in_the_project_become_relative_and_outside_files_are_staged(tmp_p
     assert unstage(driver_cfg, staged).data.eval == str(package / staged["data.eval"].split("/", 1)[1])
 
 
+def test_a_run_folder_in_the_output_dir_keeps_its_absolute_path(tmp_path, monkeypatch):
+    """`sft.data: runs/<earlier run>`: the output dir is not shipped, so a path into it made relative
+    would name nothing in the driver's working directory; it stays absolute (and is not staged)."""
+    inside = project(tmp_path / "proj")
+    (inside / "runs" / "earlier" / "trajectories").mkdir(parents=True)
+    monkeypatch.chdir(inside)
+    monkeypatch.syspath_prepend(str(inside))
+    cfg = absolute_paths(config(inside / "runs", "x", **{"sft.data": "runs/earlier"}))
+    env, driver_cfg, staged = runtime_env(cfg, inside)
+    assert driver_cfg.sft.data == str(inside / "runs" / "earlier") and "sft.data" not in staged
+    assert "/runs" in env["excludes"] and driver_cfg.data.train == "train.jsonl"
+
+
 def test_an_environment_file_outside_the_project_is_staged_with_its_class(tmp_path, monkeypatch):
     """`rollout.env: path/to/file.py:Class` names a file the job's workers must read, as a reward file is."""
     inside = project(tmp_path / "proj")

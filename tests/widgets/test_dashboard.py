@@ -8,7 +8,14 @@ from rlfactory_nb.cluster.jobs import TrainingJob
 from rlfactory_nb.train.run_folder import RunFolder
 from rlfactory_nb.types import Trajectory, save_jsonl
 from rlfactory_nb.widgets.dashboard import TrainingDashboard
-from rlfactory_nb.widgets.dashboard_panels import PANELS, label, panel_chart, panel_series, step_tick
+from rlfactory_nb.widgets.dashboard_panels import (
+    PANELS,
+    label,
+    panel_chart,
+    panel_series,
+    panel_title,
+    step_tick,
+)
 from rlfactory_nb.widgets.static import svg_chart
 
 
@@ -69,6 +76,16 @@ def test_the_learning_rate_has_a_panel_of_its_own():
     (panel,) = [panel for panel in PANELS if panel.title == "learning rate"]
     rows = [{**row(1, 0.2), "train/lr": 1e-4}, row(2, 0.3), {**row(3, 0.4), "train/lr": 5e-5}]
     assert panel_series(panel, rows) == {"train/lr": ([1, 3], [1e-4, 5e-5])}  # steps without an update skip
+
+
+def test_an_sft_runs_loss_and_rate_are_drawn():
+    """An SFT job writes sft/loss and sft/lr and no reward: the first panel draws the loss, titled so."""
+    rows = [{"step": 1, "sft/loss": 6.3, "sft/lr": 3e-3}, {"step": 2, "sft/loss": 4.1, "sft/lr": 3e-3}]
+    (lr,) = [panel for panel in PANELS if panel.title == "learning rate"]
+    first = panel_series(PANELS[0], rows)
+    assert first == {"sft/loss": ([1, 2], [6.3, 4.1])} and panel_title(PANELS[0], first).startswith("SFT loss")
+    assert panel_series(lr, rows) == {"sft/lr": ([1, 2], [3e-3, 3e-3])}
+    assert panel_title(PANELS[0], panel_series(PANELS[0], [row(1, 0.2)])) == "reward"
 
 
 def test_asynchrony_panels_keep_steps_and_shares_apart_and_say_when_a_run_is_synchronous(tmp_path):
