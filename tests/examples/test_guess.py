@@ -42,7 +42,7 @@ def test_the_game_answers_higher_lower_and_pays_for_few_guesses():
     assert nothing.messages[0]["content"] == "Answer with one number from 10 to 17." and not nothing.done
     found = env.respond(said("13"))
     assert found.done and found.reward == env.reward() == pytest.approx(0.7)
-    assert env.state() == {"range": [10, 17], "guesses": [11, 15, None, 13], "solved": True}
+    assert env.state() == {"range": [10, 17], "guesses": [11, 15, None, 13], "hints": ["higher", "lower", "none"], "solved": True}
 
 
 def test_a_game_ends_when_the_guesses_run_out_and_the_seed_draws_the_secret():
