@@ -11,7 +11,8 @@ games of examples/guess/data/heldout.jsonl, one sampled (temperature 1) and one 
 Reference points (exact, over a range's seven secrets with the game's reward): a player who guesses at
 random among the numbers the hints allow, as the warm-start's teacher does, scores 0.660; bisection 0.857.
 `--resume` continues the runs already in --out (their checkpoints) up to --steps, and reads a run that
-got there without training it again; a resumed run's wall time is then the sum of its steps' times
+got there without training it again (only its steps up to --steps: the rate is constant, so a longer
+run's first steps are the shorter run); a resumed run's wall time is then the sum of its steps' times
 (evaluations included, the model load and the step-0 evaluation not).
 Writes bench/results/guess.{json,md}.
 """
@@ -59,7 +60,7 @@ def run(seed: int, steps: int | None, out: Path, advantage: str | None, extra: l
     done = read_metrics(cfg.run_dir) if resume and Path(cfg.run_dir).exists() else []
     if not done or max(m["step"] for m in done) < cfg.grpo.steps:
         rf.train_sync(cfg, replace=not resume, resume=resume and bool(done))
-    metrics = read_metrics(cfg.run_dir)
+    metrics = [m for m in read_metrics(cfg.run_dir) if m["step"] <= cfg.grpo.steps]  # a longer run: its first steps
     evals = {m["step"]: (m["eval/sampled_reward/mean"], m["eval/greedy_reward/mean"])
              for m in metrics if "eval/sampled_reward/mean" in m}
     train = [m["reward/mean"] for m in metrics if "reward/mean" in m]

@@ -14,7 +14,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, rows
+from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, rows, without_secret
 from rlfactory_nb.recipes.guess.env import MAX_GUESSES, Guess
 from rlfactory_nb.recipes.guess.preset import teacher_game
 from rlfactory_nb.types import Turn
@@ -31,6 +31,9 @@ def test_the_shipped_rows_are_what_the_seeds_build():
         shipped = [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines()]
         assert shipped == rows(seed, count)
         assert all(r["low"] <= r["secret"] <= r["high"] == r["low"] + WIDTH - 1 <= 9 for r in shipped)
+    ranges = [json.loads(line) for line in (DATA / "train_ranges.jsonl").read_text().splitlines()]
+    assert ranges == [without_secret(row) for row in rows(*SPLITS["train"])]
+    assert all("secret" not in row and row["high"] == row["low"] + WIDTH - 1 for row in ranges)
 
 
 def test_the_game_answers_higher_lower_and_pays_for_few_guesses():
