@@ -86,6 +86,12 @@ def main() -> None:
         ("- Reference points, exact over a range's seven secrets with the game's reward: a random guess among the "
          "numbers the hints allow (the warm-start's teacher) 0.660; bisection 0.857."),
     ]
+    if args.resume:
+        bullets.append(
+            "- Resumed or read from runs already in the output folder (`--resume`): the load average above is "
+            "this command's, and the wall column is the sum of each run's step times, evaluations included, "
+            "under the load it trained with."
+        )
     markdown = section("The guessing game (examples/guess): held-out reward before and after GRPO",
                        "bench/guess.py", script_args(), machine, markdown_table(header, rows), bullets)
     write_result(NAME, {"runs": [{**r, "evals": {str(k): v for k, v in r["evals"].items()}} for r in runs]}, markdown)
