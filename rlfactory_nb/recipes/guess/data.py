@@ -4,9 +4,10 @@
 
 Train and held-out rows come from different seeds (the same range and secret occur in both: there are
 only 3 x 7 games; what is held out is the sample, the measurement is the policy's skill).
-`train_ranges.jsonl` is the train rows without their secret: the environment draws one from each
-episode's seed, so under `rollout.env_seed: sample` the siblings of a group play different secrets
-(what the example trains on: bench/manual/guess_credit.md).
+`train_ranges.jsonl` is the train rows with `draw_secret: true` (and no `ground_truth`): the
+environment draws each episode's secret from its seed, so under `rollout.env_seed: sample` the
+siblings of a group play different secrets (what the example trains on: bench/manual/guess_credit.md);
+the row's own `secret` stays for players that read it (bench/_race.py's TRL game).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def rows(seed: int, count: int) -> list[dict]:
     return out
 
 
-def without_secret(row: dict) -> dict:
-    """A row whose secret the environment draws (the range and the prompt kept)."""
-    return {key: value for key, value in row.items() if key not in ("secret", "ground_truth")}
+def drawn(row: dict) -> dict:
+    """A row whose secret the Guess environment draws from the episode's seed (env.py)."""
+    return {**{key: value for key, value in row.items() if key != "ground_truth"}, "draw_secret": True}
 
 
 def main() -> None:
@@ -48,7 +49,7 @@ def main() -> None:
         path.write_text("".join(json.dumps(row) + "\n" for row in rows(seed, count)))
         print(f"{path}: {count} rows")
     ranges = DATA / "train_ranges.jsonl"
-    ranges.write_text("".join(json.dumps(without_secret(row)) + "\n" for row in rows(*SPLITS["train"])))
+    ranges.write_text("".join(json.dumps(drawn(row)) + "\n" for row in rows(*SPLITS["train"])))
     print(f"{ranges}: {SPLITS['train'][1]} rows")
 
 

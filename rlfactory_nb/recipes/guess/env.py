@@ -1,7 +1,9 @@
 """The guessing game as an Environment: the model says a number, the game says higher or lower.
 
-The row gives the range and the secret (`low`, `high`, `secret`; without a secret one is drawn from
-the episode's seed). Each answer without a tool call is a guess: its last integer is read, and the
+The row gives the range and the secret (`low`, `high`, `secret`; without a secret, or with
+`draw_secret: true`, one is drawn from the episode's seed: the example's training rows ask for that,
+so under `rollout.env_seed: sample` a group's siblings play different secrets, and keep a `secret`
+for players that need one in the row, such as bench/_race.py's TRL game). Each answer without a tool call is a guess: its last integer is read, and the
 game replies "higher", "lower", or ends the episode when the guess is right or the guesses run out.
 An answer with no number still costs a guess and is told how to answer.
 
@@ -52,7 +54,8 @@ class Guess(Environment):
 
     def reset(self, row: dict[str, Any], *, seed: int) -> None:
         self.low, self.high = int(row.get("low", 1)), int(row.get("high", 7))
-        self.secret = int(row["secret"]) if "secret" in row else random.Random(seed).randint(self.low, self.high)
+        fixed = "secret" in row and not row.get("draw_secret", False)
+        self.secret = int(row["secret"]) if fixed else random.Random(seed).randint(self.low, self.high)
         self.guesses, self.hints, self.solved = [], [], False
         self.kept_to_hints, self.allowed = 0, (self.low, self.high)
 
