@@ -14,7 +14,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, rows, drawn
+from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, drawn, rows
 from rlfactory_nb.recipes.guess.env import MAX_GUESSES, Guess
 from rlfactory_nb.recipes.guess.preset import teacher_game
 from rlfactory_nb.types import Turn
