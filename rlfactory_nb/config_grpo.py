@@ -68,6 +68,10 @@ class GRPOConfig:
     """discount of later turns' rewards in each turn's reward-to-go ("turn" and "step_groups")"""
     step_weight: NonNegativeFloat = 1.0
     """weight of the step-group advantage added to the episode's ("step_groups"; GiGPO's omega)"""
+    step_group_scope: Literal["group", "batch"] = "group"
+    """where "step_groups" looks for turns from the same state: within a group (GiGPO), or across the
+    step's groups ("batch"; valid where the state is what the policy observes, no hidden task in it:
+    `rlfactory_nb.train.credit`)"""
     filter_zero_variance: bool = True
     """drop groups whose rewards are all equal (they carry no signal)"""
     dynamic_sampling: DynamicSamplingConfig | None = None

@@ -11,7 +11,11 @@
   compared by their reward-to-go (`step_group_advantages`). The state a turn starts from is the
   environment's `state()` before it (the reset's for the first turn); an environment that shows none
   is keyed by the turn's whole context (the token ids before it), which is the same only when the
-  histories are.
+  histories are. `step_group_scope` says where the same state is looked for: among a group's siblings
+  ("group", GiGPO's anchor states), or across every group of the step ("batch"). "batch" is valid
+  when the state key is what the policy observes (no hidden task in it): then the turns compared from
+  one state average over the hidden tasks (the guessing game's secrets), where within one group they
+  compare luck on one task (docs/decisions.md).
 
 Rows stay one per trajectory; "turn" and "step_groups" give a list of per-token advantages per
 trajectory, aligned with `response_ids` (0 on tokens outside assistant turns). An agent program's
@@ -43,7 +47,7 @@ Advantages = torch.Tensor | list[list[float]]
 
 def assign_credit(
     mode: str, groups: list[list[Trajectory]], rewards: torch.Tensor, outcomes: list[list[RewardOutcome]],
-    scale: bool, gamma: float = 1.0, step_weight: float = 1.0,
+    scale: bool, gamma: float = 1.0, step_weight: float = 1.0, step_group_scope: str = "group",
 ) -> Advantages:
     """The advantages of `groups` (N groups of G) under `mode` (module docstring); rewards (N, G)."""
     if not groups:
@@ -57,7 +61,7 @@ def assign_credit(
     if mode == "turn":
         return _by_turn(groups, per_turn, scale, gamma)
     if mode == "step_groups":
-        return _with_step_groups(groups, rewards, per_turn, scale, gamma, step_weight)
+        return _with_step_groups(groups, rewards, per_turn, scale, gamma, step_weight, step_group_scope)
     raise ConfigError(f"grpo.advantage must be episode, turn or step_groups, got {mode!r}")
 
 
@@ -152,24 +156,33 @@ def _by_turn(groups: list[list[Trajectory]], per_turn: list[list[list[float] | N
 
 def _with_step_groups(
     groups: list[list[Trajectory]], rewards: torch.Tensor, per_turn: list[list[list[float]]],
-    scale: bool, gamma: float, step_weight: float,
+    scale: bool, gamma: float, step_weight: float, scope: str,
 ) -> list[list[float]]:
+    if scope not in ("group", "batch"):
+        raise ConfigError(f"grpo.step_group_scope must be group or batch, got {scope!r}")
     token_turn = _token_turns(groups)
     episode = group_advantages(rewards, scale=scale).flatten()  # (N*G,)
     turns = max(int(token_turn.max()) + 1, 1)
-    steps = []
-    for group, scores in zip(groups, per_turn):
-        returns = reward_to_go(_padded(scores, turns), gamma)  # (G, K)
-        ids: dict[str, int] = {}
-        states = torch.full((len(group), turns), -1, dtype=torch.long)
-        for row, traj in enumerate(group):
-            for k, key in enumerate(state_keys(traj)[:turns]):
-                states[row, k] = ids.setdefault(key, len(ids))
-        steps.append(step_group_advantages(returns, states, scale=scale))
-    step = torch.cat(steps)  # (N*G, K)
+    returns = [reward_to_go(_padded(scores, turns), gamma) for scores in per_turn]  # N x (G, K)
+    if scope == "batch":  # one id per state key over the whole step: its turns form one step group
+        shared: dict[str, int] = {}
+        states = [_state_ids(group, turns, shared) for group in groups]
+        step = step_group_advantages(torch.cat(returns), torch.cat(states), scale=scale)
+    else:
+        states = [_state_ids(group, turns, {}) for group in groups]
+        step = torch.cat([step_group_advantages(r, ids, scale=scale) for r, ids in zip(returns, states)])
     in_turn = token_turn >= 0  # (N*G, T)
     per_token = episode.unsqueeze(-1) + step_weight * step.gather(-1, token_turn.clamp(min=0))  # (N*G, T)
     return _rows(groups, torch.where(in_turn, per_token, torch.zeros_like(per_token)))
+
+
+def _state_ids(group: list[Trajectory], turns: int, ids: dict[str, int]) -> torch.Tensor:
+    """(G, K): the id in `ids` (new keys added) of the state each turn of `group` starts from; -1: no turn k."""
+    states = torch.full((len(group), turns), -1, dtype=torch.long)
+    for row, traj in enumerate(group):
+        for k, key in enumerate(state_keys(traj)[:turns]):
+            states[row, k] = ids.setdefault(key, len(ids))
+    return states
 
 
 def _rows(groups: list[list[Trajectory]], per_token: torch.Tensor) -> list[list[float]]:

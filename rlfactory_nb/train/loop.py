@@ -218,7 +218,7 @@ class Trainer:
         groups, outcomes = [drawn.groups[i] for i in keep], [drawn.outcomes[i] for i in keep]
         rewards = drawn.rewards[keep]  # (N, G)
         advantages = assign_credit(  # one per trajectory (N*G,), or per token when credit goes per turn
-            grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight
+            grpo.advantage, groups, rewards, outcomes, grpo.scale_rewards, grpo.gamma, grpo.step_weight, grpo.step_group_scope
         )
         trained = [traj for group in groups for traj in group]
         record_turn_advantages(trained, advantages)

@@ -14,7 +14,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, rows
+from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, drawn, rows
 from rlfactory_nb.recipes.guess.env import MAX_GUESSES, Guess
 from rlfactory_nb.recipes.guess.preset import teacher_game
 from rlfactory_nb.types import Turn
@@ -31,6 +31,9 @@ def test_the_shipped_rows_are_what_the_seeds_build():
         shipped = [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines()]
         assert shipped == rows(seed, count)
         assert all(r["low"] <= r["secret"] <= r["high"] == r["low"] + WIDTH - 1 <= 9 for r in shipped)
+    ranges = [json.loads(line) for line in (DATA / "train_ranges.jsonl").read_text().splitlines()]
+    assert ranges == [drawn(row) for row in rows(*SPLITS["train"])]
+    assert all(row["draw_secret"] and "ground_truth" not in row for row in ranges)
 
 
 def test_the_game_answers_higher_lower_and_pays_for_few_guesses():
@@ -42,7 +45,7 @@ def test_the_game_answers_higher_lower_and_pays_for_few_guesses():
     assert nothing.messages[0]["content"] == "Answer with one number from 10 to 17." and not nothing.done
     found = env.respond(said("13"))
     assert found.done and found.reward == env.reward() == pytest.approx(0.7)
-    assert env.state() == {"range": [10, 17], "guesses": [11, 15, None, 13], "solved": True}
+    assert env.state() == {"range": [10, 17], "guesses": [11, 15, None, 13], "hints": ["higher", "lower", "none"], "solved": True}
 
 
 def test_a_game_ends_when_the_guesses_run_out_and_the_seed_draws_the_secret():
@@ -62,6 +65,11 @@ def test_a_game_ends_when_the_guesses_run_out_and_the_seed_draws_the_secret():
         env.reset({"low": 1, "high": 7}, seed=seed)
         secrets.add(env.secret)
     assert len(secrets) > 3 and secrets <= set(range(1, 8))
+    asked = set()  # a row that keeps a secret for other players but asks for a drawn one
+    for seed in range(20):
+        env.reset({"low": 1, "high": 7, "secret": 7, "draw_secret": True}, seed=seed)
+        asked.add(env.secret)
+    assert asked == secrets
 
 
 def test_the_teacher_keeps_to_the_hints():

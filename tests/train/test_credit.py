@@ -52,6 +52,29 @@ def test_step_groups_by_hand():
     assert got[2] == [0.0, 0.0, 0.0, 0.0]
 
 
+def test_step_groups_across_the_batch_by_hand():
+    """Two groups (one task each) reach the same states: "batch" compares their turns together,
+    "group" within each group only."""
+    start, higher = {"range": [1, 7]}, {"range": [1, 7], "hints": ["higher"]}
+    first = [game([start, higher, {"end": 1}], [None, None]), game([start, {"end": 2}, {"end": 3}], [None, None])]
+    second = [game([start, higher, {"end": 4}], [None, None]), game([start, higher, {"end": 5}], [None, None])]
+    rewards = torch.tensor([[1.0, 0.0], [0.5, 0.0]])
+    scores = [[RewardOutcome(sample_id=f"g{g}s{i}", score=float(r)) for i, r in enumerate(row)] for g, row in enumerate(rewards)]
+    got = assign_credit("step_groups", [first, second], rewards, scores, scale=False, step_group_scope="batch")
+    # episode advantages (per group): 0.5, -0.5 | 0.25, -0.25
+    # turn 0, one state over the batch: returns 1, 0, 0.5, 0 (mean 0.375) -> 0.625, -0.375, 0.125, -0.375
+    # turn 1 from `higher`: trajectories 0, 2, 3 (returns 1, 0.5, 0; mean 0.5) -> 0.5, 0, -0.5; trajectory 1 alone -> 0
+    assert got[0] == pytest.approx([0.5 + 0.625, 0.5 + 0.625, 0.0, 0.5 + 0.5])
+    assert got[1] == pytest.approx([-0.5 - 0.375, -0.5 - 0.375, 0.0, -0.5])
+    assert got[2] == pytest.approx([0.25 + 0.125, 0.25 + 0.125, 0.0, 0.25])
+    assert got[3] == pytest.approx([-0.25 - 0.375, -0.25 - 0.375, 0.0, -0.25 - 0.5])
+    # within each group: turn 0 doubles the episode advantage; turn 1 only the second group shares a state
+    alone = assign_credit("step_groups", [first, second], rewards, scores, scale=False)
+    assert alone[0] == pytest.approx([1.0, 1.0, 0.0, 0.5]) and alone[2] == pytest.approx([0.5, 0.5, 0.0, 0.5])
+    with pytest.raises(ValueError, match="step_group_scope"):
+        assign_credit("step_groups", [first], rewards[:1], scores[:1], scale=False, step_group_scope="world")
+
+
 def test_without_a_state_turns_are_keyed_by_their_whole_context():
     a, b = game([None] * 3, [None, None]), game([None] * 3, [None, None])
     b.response_ids = [5, 8, 9, 7]  # the same first turn's context, a different second one

@@ -1,9 +1,13 @@
 """The guessing game's rows: a range of seven one-digit numbers (1-7, 2-8 or 3-9) and a secret in it.
 
-    python -m rlfactory_nb.recipes.guess.data      # writes examples/guess/data/{train,heldout}.jsonl
+    python -m rlfactory_nb.recipes.guess.data      # writes examples/guess/data/{train,heldout,train_ranges}.jsonl
 
 Train and held-out rows come from different seeds (the same range and secret occur in both: there are
 only 3 x 7 games; what is held out is the sample, the measurement is the policy's skill).
+`train_ranges.jsonl` is the train rows with `draw_secret: true` (and no `ground_truth`): the
+environment draws each episode's secret from its seed, so under `rollout.env_seed: sample` the
+siblings of a group play different secrets (what the example trains on: bench/manual/guess_credit.md);
+the row's own `secret` stays for players that read it (bench/_race.py's TRL game).
 """
 
 from __future__ import annotations
@@ -33,12 +37,20 @@ def rows(seed: int, count: int) -> list[dict]:
     return out
 
 
+def drawn(row: dict) -> dict:
+    """A row whose secret the Guess environment draws from the episode's seed (env.py)."""
+    return {**{key: value for key, value in row.items() if key != "ground_truth"}, "draw_secret": True}
+
+
 def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     for split, (seed, count) in SPLITS.items():
         path = DATA / f"{split}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in rows(seed, count)))
         print(f"{path}: {count} rows")
+    ranges = DATA / "train_ranges.jsonl"
+    ranges.write_text("".join(json.dumps(drawn(row)) + "\n" for row in rows(*SPLITS["train"])))
+    print(f"{ranges}: {SPLITS['train'][1]} rows")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The guessing game as an Environment: the model says a number, the game says higher or lower.
 
-The row gives the range and the secret (`low`, `high`, `secret`; without a secret one is drawn from
-the episode's seed). Each answer without a tool call is a guess: its last integer is read, and the
+The row gives the range and the secret (`low`, `high`, `secret`; without a secret, or with
+`draw_secret: true`, one is drawn from the episode's seed: the example's training rows ask for that,
+so under `rollout.env_seed: sample` a group's siblings play different secrets, and keep a `secret`
+for players that need one in the row, such as bench/_race.py's TRL game). Each answer without a tool call is a guess: its last integer is read, and the
 game replies "higher", "lower", or ends the episode when the guess is right or the guesses run out.
 An answer with no number still costs a guess and is told how to answer.
 
@@ -43,6 +45,8 @@ class Guess(Environment):
         self.max_guesses = max_guesses
         self.low, self.high, self.secret = 1, 7, 1
         self.guesses: list[int | None] = []
+        self.hints: list[str] = []
+        """the game's reply to each guess but the last ("higher", "lower", "none": no number read)"""
         self.kept_to_hints = 0
         """guesses inside the interval the range and the earlier hints still allowed"""
         self.allowed = (1, 7)
@@ -50,8 +54,10 @@ class Guess(Environment):
 
     def reset(self, row: dict[str, Any], *, seed: int) -> None:
         self.low, self.high = int(row.get("low", 1)), int(row.get("high", 7))
-        self.secret = int(row["secret"]) if "secret" in row else random.Random(seed).randint(self.low, self.high)
-        self.guesses, self.solved, self.kept_to_hints, self.allowed = [], False, 0, (self.low, self.high)
+        fixed = "secret" in row and not row.get("draw_secret", False)
+        self.secret = int(row["secret"]) if fixed else random.Random(seed).randint(self.low, self.high)
+        self.guesses, self.hints, self.solved = [], [], False
+        self.kept_to_hints, self.allowed = 0, (self.low, self.high)
 
     def respond(self, turn: Turn) -> Response:
         guess = read_guess(turn.answer if turn.answer is not None else turn.text)
@@ -66,6 +72,7 @@ class Guess(Environment):
             hint = f"Answer with one number from {self.low} to {self.high}."
         else:
             hint = "Higher." if guess < self.secret else "Lower."
+        self.hints.append("none" if guess is None else hint.rstrip(".").lower())
         return Response([{"role": "user", "content": hint}])
 
     def reward(self) -> float:
@@ -82,4 +89,8 @@ class Guess(Environment):
             self.allowed = (guess + 1, high) if guess < self.secret else (low, guess - 1)
 
     def state(self) -> dict[str, Any]:
-        return {"range": [self.low, self.high], "guesses": list(self.guesses), "solved": self.solved}
+        """What the player has seen: the range, its guesses and the replies (never the secret), so
+        that equal states are equal observations even where the siblings play different secrets
+        (rows without one under `rollout.env_seed: sample`, or `grpo.step_group_scope: batch`)."""
+        return {"range": [self.low, self.high], "guesses": list(self.guesses), "hints": list(self.hints),
+                "solved": self.solved}
