@@ -155,7 +155,7 @@ class GuessGame:
         self.game = Guess()
 
     def reset(self, **row: Any) -> None:
-        self.game.reset(row, seed=0)  # the rows carry the secret
+        self.game.reset({**row, "draw_secret": False}, seed=0)  # TRL has no per-episode seed: the row's secret
 
     def guess(self, number: int) -> str:
         """Guess the secret number; the reply says whether it is higher or lower.

@@ -38,6 +38,15 @@ def test_the_guess_tool_gives_the_games_hints_and_reward():
     assert game.guess(5) == "The game is over."
 
 
+def test_the_trl_game_plays_each_rows_own_secret_on_the_examples_draw_secret_rows():
+    """TRL gives the row, no episode seed: a row that asks our loop to draw (the example's
+    train_ranges.jsonl) still plays its own secret there, not one drawn from seed 0 for every row."""
+    for secret in range(1, 8):
+        game = GuessGame()
+        game.reset(messages=[], low=1, high=7, secret=secret, draw_secret=True)
+        assert game.game.secret == secret
+
+
 def test_a_final_answer_after_the_game_ended_is_not_played_again():
     game = _game(3, low=3)
     assert game.guess(3) == "Correct!"
