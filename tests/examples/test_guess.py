@@ -14,7 +14,7 @@ import pytest
 import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
-from rlfactory_nb.recipes.guess.data import SPLITS, WIDTH, drawn, rows
+from rlfactory_nb.recipes.guess.data import EXPLORE_SHARE, SPLITS, WIDTH, drawn, exploring, rows
 from rlfactory_nb.recipes.guess.env import MAX_GUESSES, Guess
 from rlfactory_nb.recipes.guess.preset import teacher_game
 from rlfactory_nb.types import Turn
@@ -34,6 +34,30 @@ def test_the_shipped_rows_are_what_the_seeds_build():
     ranges = [json.loads(line) for line in (DATA / "train_ranges.jsonl").read_text().splitlines()]
     assert ranges == [drawn(row) for row in rows(*SPLITS["train"])]
     assert all(row["draw_secret"] and "ground_truth" not in row for row in ranges)
+    explore = [json.loads(line) for line in (DATA / "train_explore.jsonl").read_text().splitlines()]
+    assert explore == exploring(ranges, EXPLORE_SHARE)
+    openings = [row for row in explore if "opening" in row]
+    assert 0.25 < len(openings) / len(explore) < 0.42  # a third, drawn
+    assert all(row["low"] <= row["opening"][0] <= row["high"] for row in openings)
+    assert {row["opening"][0] - row["low"] for row in openings} == set(range(WIDTH))  # every opening
+
+
+def test_an_exploring_start_plays_the_rows_opening_before_the_first_turn():
+    env = Guess()
+    secrets = set()
+    for seed in range(40):
+        start = env.reset({"low": 2, "high": 8, "secret": 2, "draw_secret": True, "opening": [5]}, seed=seed)
+        hint = "Higher." if env.secret > 5 else "Lower."
+        assert start.messages == [{"role": "assistant", "content": "5"}, {"role": "user", "content": hint}]
+        assert env.state() == {"range": [2, 8], "guesses": [5], "hints": [hint[:-1].lower()], "solved": False}
+        secrets.add(env.secret)
+    assert secrets == {2, 3, 4, 6, 7, 8}  # never the opening: the game is still on
+    env.reset({"low": 2, "high": 8, "draw_secret": True, "opening": [5]}, seed=0)
+    assert env.allowed == ((6, 8) if env.secret > 5 else (2, 4))
+    assert env.respond(said(str(env.secret))).done and env.reward() == pytest.approx(0.9)  # found on the 2nd guess
+    assert env.reset({"low": 1, "high": 7}, seed=3) is None
+    with pytest.raises(ValueError, match="opening"):
+        env.reset({"low": 1, "high": 7, "secret": 4, "opening": [4]}, seed=0)
 
 
 def test_the_game_answers_higher_lower_and_pays_for_few_guesses():
@@ -102,3 +126,10 @@ async def test_a_bisecting_player_through_the_loop_is_paid_and_hints_are_masked(
     assert any(r < 1.0 for r in rewards)
     trained = tokenizer.decode([i for t in trajectories for i, m in zip(t.response_ids, t.loss_mask, strict=True) if m])
     assert "Higher" not in trained and "Lower" not in trained
+
+    middle = heldout[0]["low"] + WIDTH // 2
+    opened = await agent.rollout({**heldout[0], "draw_secret": True, "opening": [middle]})
+    prompt = tokenizer.decode(opened.prompt_ids)
+    assert prompt.endswith(opened.metadata["env_state"]["hints"][0].capitalize() + ".<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert opened.metadata["env_state"]["guesses"] == [middle]  # the state the first turn starts from
+    assert len(opened.turns) <= MAX_GUESSES - 1 and opened.metadata["env_reward"] >= 0.8  # bisection still finds it

@@ -22,6 +22,8 @@ LOWS = (1, 2, 3)
 DATA = Path(__file__).resolve().parents[3] / "examples" / "guess" / "data"
 SPLITS = {"train": (0, 512), "heldout": (1, 256)}
 """split -> (seed, rows)"""
+EXPLORE_SHARE = 1 / 3
+"""train_explore.jsonl: the share of rows that start after an opening guess drawn from the range"""
 
 
 def rows(seed: int, count: int) -> list[dict]:
@@ -42,6 +44,19 @@ def drawn(row: dict) -> dict:
     return {**{key: value for key, value in row.items() if key != "ground_truth"}, "draw_secret": True}
 
 
+def exploring(rows: list[dict], share: float, seed: int = 0) -> list[dict]:
+    """`rows` with an exploring start on about `share` of them: an `opening` guess drawn uniformly
+    from the row's range, played before the model's first turn (env.py), so the states after every
+    opening are trained, not only after the ones the policy prefers."""
+    rng = random.Random(f"guess-opening:{seed}")
+    out = []
+    for row in rows:
+        if rng.random() < share:
+            row = {**row, "opening": [rng.randint(row["low"], row["high"])]}
+        out.append(row)
+    return out
+
+
 def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     for split, (seed, count) in SPLITS.items():
@@ -51,6 +66,10 @@ def main() -> None:
     ranges = DATA / "train_ranges.jsonl"
     ranges.write_text("".join(json.dumps(drawn(row)) + "\n" for row in rows(*SPLITS["train"])))
     print(f"{ranges}: {SPLITS['train'][1]} rows")
+    explore = DATA / "train_explore.jsonl"
+    explored = exploring([drawn(row) for row in rows(*SPLITS["train"])], EXPLORE_SHARE)
+    explore.write_text("".join(json.dumps(row) + "\n" for row in explored))
+    print(f"{explore}: {len(explored)} rows, {sum('opening' in row for row in explored)} with an opening")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ so under `rollout.env_seed: sample` a group's siblings play different secrets, a
 for players that need one in the row, such as bench/_race.py's TRL game). Each answer without a tool call is a guess: its last integer is read, and the
 game replies "higher", "lower", or ends the episode when the guess is right or the guesses run out.
 An answer with no number still costs a guess and is told how to answer.
+A row's `opening` (a list of guesses) is an exploring start: the game begins with those guesses
+played and answered, so the states after them are trained whatever the policy opens with (the
+secret is then drawn among the numbers not yet guessed).
 
 The reward is 1 for a find on the first guess, 0.1 less for each further guess; a game lost earns at
 most 0.2, for the share of its guesses that kept to the hints. Finding it fast (binary search over
@@ -18,7 +21,7 @@ import random
 import re
 from typing import Any
 
-from rlfactory_nb.envs.base import Environment, Response
+from rlfactory_nb.envs.base import Environment, Reset, Response
 from rlfactory_nb.types import Turn
 
 MAX_GUESSES = 3
@@ -52,12 +55,29 @@ class Guess(Environment):
         self.allowed = (1, 7)
         self.solved = False
 
-    def reset(self, row: dict[str, Any], *, seed: int) -> None:
+    def reset(self, row: dict[str, Any], *, seed: int) -> Reset | None:
         self.low, self.high = int(row.get("low", 1)), int(row.get("high", 7))
+        opening = [int(guess) for guess in row.get("opening", [])]
         fixed = "secret" in row and not row.get("draw_secret", False)
-        self.secret = int(row["secret"]) if fixed else random.Random(seed).randint(self.low, self.high)
+        unguessed = [n for n in range(self.low, self.high + 1) if n not in opening]
+        self.secret = int(row["secret"]) if fixed else random.Random(seed).choice(unguessed)
         self.guesses, self.hints, self.solved = [], [], False
         self.kept_to_hints, self.allowed = 0, (self.low, self.high)
+        return self._replay(opening) if opening else None
+
+    def _replay(self, opening: list[int]) -> Reset:
+        """An exploring start: the row's `opening` guesses played before the model's first turn, each
+        with the game's hint, as the conversation the model continues."""
+        if len(opening) >= self.max_guesses or self.secret in opening:
+            raise ValueError(f"the row's opening {opening} must leave a guess and miss the secret {self.secret}")
+        messages: list[dict[str, str]] = []
+        for guess in opening:
+            self.guesses.append(guess)
+            self._narrow(guess)
+            hint = "Higher." if guess < self.secret else "Lower."
+            self.hints.append(hint.rstrip(".").lower())
+            messages += [{"role": "assistant", "content": str(guess)}, {"role": "user", "content": hint}]
+        return Reset(messages)
 
     def respond(self, turn: Turn) -> Response:
         guess = read_guess(turn.answer if turn.answer is not None else turn.text)
