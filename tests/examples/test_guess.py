@@ -15,7 +15,7 @@ import rlfactory_nb as rf
 from rlfactory_nb.engines.testing import ScriptedEngine
 from rlfactory_nb.models.presets.tokenizer import build_tokenizer
 from rlfactory_nb.recipes.guess.data import EXPLORE_SHARE, SPLITS, WIDTH, drawn, exploring, rows
-from rlfactory_nb.recipes.guess.env import MAX_GUESSES, Guess
+from rlfactory_nb.recipes.guess.env import MAX_GUESSES, Guess, NarrowingGuess
 from rlfactory_nb.recipes.guess.preset import teacher_game
 from rlfactory_nb.types import Turn
 
@@ -94,6 +94,18 @@ def test_a_game_ends_when_the_guesses_run_out_and_the_seed_draws_the_secret():
         env.reset({"low": 1, "high": 7, "secret": 7, "draw_secret": True}, seed=seed)
         asked.add(env.secret)
     assert asked == secrets
+
+
+def test_the_narrowing_game_pays_each_guess_for_what_it_rules_out_and_scores_as_the_game():
+    env = NarrowingGuess()
+    env.reset({"low": 2, "high": 8, "secret": 7}, seed=0)
+    assert env.respond(said("4")).reward == 0.214  # 0.5 x 3/7: whatever the reply, 5-8 could be left
+    assert env.respond(said("9")).reward == 0.0  # outside what the hints allow: rules nothing out
+    last = env.respond(said("7"))
+    assert last.done and last.reward == env.reward() == pytest.approx(0.8)  # the score is the game's
+    plain = Guess()
+    plain.reset({"low": 2, "high": 8, "secret": 7}, seed=0)
+    assert plain.respond(said("5")).reward is None
 
 
 def test_the_teacher_keeps_to_the_hints():

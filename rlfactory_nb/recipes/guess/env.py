@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from rlfactory_nb.envs.base import Environment, Reset, Response
+from rlfactory_nb.errors import DatasetError
 from rlfactory_nb.types import Turn
 
 MAX_GUESSES = 3
@@ -41,8 +42,26 @@ def read_guess(text: str) -> int | None:
     return int(found[-1]) if found else None
 
 
+def worst_case_share(guess: int | None, allowed: tuple[int, int]) -> float:
+    """The share of the `allowed` numbers a guess rules out whatever the reply: a miss leaves the
+    larger side (0 for no number or one outside them).
+
+    >>> worst_case_share(5, (2, 8)), worst_case_share(4, (2, 8)), worst_case_share(9, (2, 8))
+    (0.5714285714285714, 0.4285714285714286, 0.0)
+    """
+    low, high = allowed
+    if guess is None or not low <= guess <= high:
+        return 0.0
+    return 1.0 - max(guess - low, high - guess) / (high - low + 1)
+
+
 class Guess(Environment):
     """One game: a secret in [low, high], at most `max_guesses` guesses."""
+
+    guess_credit = 0.0
+    """> 0: each guess the game goes on after is paid this times its `worst_case_share` with its
+    hint (`Response.reward`), a reward per guess that `grpo.advantage: turn` or `step_groups` with
+    `grpo.gamma` < 1 credits to that guess; the episode's score stays `reward()`"""
 
     def __init__(self, max_guesses: int = MAX_GUESSES):
         self.max_guesses = max_guesses
@@ -69,7 +88,7 @@ class Guess(Environment):
         """An exploring start: the row's `opening` guesses played before the model's first turn, each
         with the game's hint, as the conversation the model continues."""
         if len(opening) >= self.max_guesses or self.secret in opening:
-            raise ValueError(f"the row's opening {opening} must leave a guess and miss the secret {self.secret}")
+            raise DatasetError(f"the row's opening {opening} must leave a guess and miss the secret {self.secret}: drop it or draw the secret (draw_secret: true)")
         messages: list[dict[str, str]] = []
         for guess in opening:
             self.guesses.append(guess)
@@ -81,6 +100,7 @@ class Guess(Environment):
 
     def respond(self, turn: Turn) -> Response:
         guess = read_guess(turn.answer if turn.answer is not None else turn.text)
+        ruled_out = worst_case_share(guess, self.allowed)
         self.guesses.append(guess)
         self.solved = guess == self.secret
         self._narrow(guess)
@@ -93,7 +113,8 @@ class Guess(Environment):
         else:
             hint = "Higher." if guess < self.secret else "Lower."
         self.hints.append("none" if guess is None else hint.rstrip(".").lower())
-        return Response([{"role": "user", "content": hint}])
+        credit = round(self.guess_credit * ruled_out, 3) if self.guess_credit else None
+        return Response([{"role": "user", "content": hint}], reward=credit)
 
     def reward(self) -> float:
         if self.solved:
@@ -114,3 +135,10 @@ class Guess(Environment):
         (rows without one under `rollout.env_seed: sample`, or `grpo.step_group_scope: batch`)."""
         return {"range": [self.low, self.high], "guesses": list(self.guesses), "hints": list(self.hints),
                 "solved": self.solved}
+
+
+class NarrowingGuess(Guess):
+    """The game with a reward per guess (`Guess.guess_credit`): what a guess rules out is paid when
+    it is made, whatever the later guesses do (bench/manual/guess_credit.md)."""
+
+    guess_credit = 0.5
