@@ -83,9 +83,9 @@ def main() -> None:
         + ", ".join(f"{g:+.3f}" for g in gain) + " (seeds " + ", ".join(str(r["seed"]) for r in runs) + "); "
         "one game's reward has a standard deviation of about 0.33, so 256 games give a standard error of "
         "about 0.02 per evaluation.",
-        *(f"- Held-out greedy at step {steps[-1]}, mean over seeds {', '.join(str(r['seed']) for r in same)}: "
-          f"{statistics.fmean(r['evals'][steps[-1]][1] for r in same):.3f} ({mode})"
-          for mode in args.advantage for same in [[r for r in runs if r["advantage"] == (mode or runs[0]["advantage"])]] if same),
+        *(f"- Held-out greedy at step {steps[-1]}, mean over seeds {', '.join(str(r['seed']) for r in runs if r['advantage'] == mode)}: "
+          f"{statistics.fmean(r['evals'][steps[-1]][1] for r in runs if r['advantage'] == mode):.3f} ({mode})"
+          for mode in dict.fromkeys(r["advantage"] for r in runs)),
         ("- Reference points, exact over a range's seven secrets with the game's reward: a random guess among the "
          "numbers the hints allow (the warm-start's teacher) 0.660; bisection 0.857."),
     ]
