@@ -76,7 +76,7 @@ class Guess(Environment):
 
     def reset(self, row: dict[str, Any], *, seed: int) -> Reset | None:
         self.low, self.high = int(row.get("low", 1)), int(row.get("high", 7))
-        opening = [int(guess) for guess in row.get("opening", [])]
+        opening = self._opening(row.get("opening", []))
         fixed = "secret" in row and not row.get("draw_secret", False)
         unguessed = [n for n in range(self.low, self.high + 1) if n not in opening]
         self.secret = int(row["secret"]) if fixed else random.Random(seed).choice(unguessed)
@@ -84,37 +84,48 @@ class Guess(Environment):
         self.kept_to_hints, self.allowed = 0, (self.low, self.high)
         return self._replay(opening) if opening else None
 
+    def _opening(self, value: Any) -> list[int]:
+        """The row's `opening`: a list of fewer than `max_guesses` integers in the range."""
+        if not isinstance(value, list) or not all(type(g) is int and self.low <= g <= self.high for g in value):
+            raise DatasetError(f"the row's opening must be a list of numbers from {self.low} to {self.high}, got {value!r:.80}")
+        if len(value) >= self.max_guesses:
+            raise DatasetError(f"the row's opening {value} must leave a guess: at most {self.max_guesses - 1} numbers")
+        return value
+
     def _replay(self, opening: list[int]) -> Reset:
         """An exploring start: the row's `opening` guesses played before the model's first turn, each
         with the game's hint, as the conversation the model continues."""
-        if len(opening) >= self.max_guesses or self.secret in opening:
-            raise DatasetError(f"the row's opening {opening} must leave a guess and miss the secret {self.secret}: drop it or draw the secret (draw_secret: true)")
+        if self.secret in opening:
+            raise DatasetError(f"the row's opening {opening} must miss the secret {self.secret}: drop it or draw the secret (draw_secret: true)")
         messages: list[dict[str, str]] = []
         for guess in opening:
-            self.guesses.append(guess)
-            self._narrow(guess)
-            hint = "Higher." if guess < self.secret else "Lower."
-            self.hints.append(hint.rstrip(".").lower())
-            messages += [{"role": "assistant", "content": str(guess)}, {"role": "user", "content": hint}]
+            self._play(guess)
+            messages += [{"role": "assistant", "content": str(guess)}, {"role": "user", "content": self._hint(guess)}]
         return Reset(messages)
 
     def respond(self, turn: Turn) -> Response:
         guess = read_guess(turn.answer if turn.answer is not None else turn.text)
         ruled_out = worst_case_share(guess, self.allowed)
+        self._play(guess)
+        if self.solved or len(self.guesses) >= self.max_guesses:
+            said = "Correct!" if self.solved else f"Out of guesses: it was {self.secret}."
+            return Response([{"role": "user", "content": said}], done=True, reward=self.reward())
+        credit = round(self.guess_credit * ruled_out, 3) if self.guess_credit else None
+        return Response([{"role": "user", "content": self._hint(guess)}], reward=credit)
+
+    def _play(self, guess: int | None) -> None:
         self.guesses.append(guess)
         self.solved = guess == self.secret
         self._narrow(guess)
-        out_of_guesses = len(self.guesses) >= self.max_guesses
-        if self.solved or out_of_guesses:
-            said = "Correct!" if self.solved else f"Out of guesses: it was {self.secret}."
-            return Response([{"role": "user", "content": said}], done=True, reward=self.reward())
+
+    def _hint(self, guess: int | None) -> str:
+        """The game's reply to a guess it goes on after, recorded in `hints`."""
         if guess is None:
-            hint = f"Answer with one number from {self.low} to {self.high}."
-        else:
-            hint = "Higher." if guess < self.secret else "Lower."
-        self.hints.append("none" if guess is None else hint.rstrip(".").lower())
-        credit = round(self.guess_credit * ruled_out, 3) if self.guess_credit else None
-        return Response([{"role": "user", "content": hint}], reward=credit)
+            self.hints.append("none")
+            return f"Answer with one number from {self.low} to {self.high}."
+        hint = "Higher." if guess < self.secret else "Lower."
+        self.hints.append(hint.rstrip(".").lower())
+        return hint
 
     def reward(self) -> float:
         if self.solved:
